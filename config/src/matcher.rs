@@ -1,0 +1,141 @@
+//! The compiled route index: host → virtual host → path, answered with hash lookups only.
+//!
+//! Lookup order for a normalized request host: the exact host's routes, then the one-label
+//! wildcard covering it, then the host-less routes, then the default backend. A request that
+//! matches no path in a more specific virtual host falls through to the less specific ones (so a
+//! host-less `/` rule still serves a host that only defined `/api`). Within a virtual host the
+//! longest path wins and `Exact` beats `Prefix` on a tie.
+//!
+//! Cost per lookup: one hash lookup per host level plus, for prefix rules, one per `/` in the
+//! request path. No allocation and no scan over all hosts or all routes.
+
+use std::collections::HashMap;
+
+use crate::model::{HostMatch, PathKind, VirtualHost};
+
+/// What a lookup found: a route of a virtual host, or the default backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouteRef {
+    /// `virtual_hosts[vhost].routes[route]` of the snapshot.
+    Rule {
+        /// Index of the virtual host.
+        vhost: u32,
+        /// Index of the route within it.
+        route: u32,
+    },
+    /// The `defaultBackend`.
+    Default,
+}
+
+/// The path rules of one virtual host, indexed.
+#[derive(Debug, Default, Clone)]
+struct PathTable {
+    exact: HashMap<Box<str>, u32>,
+    prefix: HashMap<Box<str>, u32>,
+}
+
+impl PathTable {
+    fn lookup(&self, path: &str) -> Option<u32> {
+        if let Some(&r) = self.exact.get(path) {
+            // An exact hit has the full request length: nothing can be longer, and Exact wins ties.
+            return Some(r);
+        }
+        if self.prefix.is_empty() {
+            return None;
+        }
+        if let Some(&r) = self.prefix.get(path) {
+            return Some(r);
+        }
+        // Try every element boundary, longest first. `/` is stored as "", found at index 0.
+        let bytes = path.as_bytes();
+        let mut i = bytes.len();
+        while i > 0 {
+            i -= 1;
+            if bytes[i] == b'/'
+                && let Some(&r) = self.prefix.get(&path[..i])
+            {
+                return Some(r);
+            }
+        }
+        None
+    }
+}
+
+/// Host and path index over a list of virtual hosts.
+#[derive(Debug, Default, Clone)]
+pub struct RouteIndex {
+    exact: HashMap<Box<str>, u32>,
+    wildcard: HashMap<Box<str>, u32>,
+    any: Option<u32>,
+    tables: Vec<PathTable>,
+    has_default: bool,
+}
+
+impl RouteIndex {
+    /// Builds the index. `vhosts` must hold at most one entry per [`HostMatch`] and at most one
+    /// route per path match (translation guarantees both; later duplicates are ignored).
+    pub fn build(vhosts: &[VirtualHost], has_default: bool) -> Self {
+        let mut index = RouteIndex {
+            has_default,
+            ..Default::default()
+        };
+        for (vi, vh) in vhosts.iter().enumerate() {
+            let vi = vi as u32;
+            let mut table = PathTable::default();
+            for (ri, route) in vh.routes.iter().enumerate() {
+                let map = match route.path.kind {
+                    PathKind::Exact => &mut table.exact,
+                    PathKind::Prefix => &mut table.prefix,
+                };
+                map.entry(route.path.path.clone().into_boxed_str())
+                    .or_insert(ri as u32);
+            }
+            index.tables.push(table);
+            match &vh.host {
+                HostMatch::Exact(h) => {
+                    index.exact.entry(h.clone().into_boxed_str()).or_insert(vi);
+                }
+                HostMatch::Wildcard(s) => {
+                    index.wildcard.entry(s.clone().into_boxed_str()).or_insert(vi);
+                }
+                HostMatch::Any => {
+                    index.any.get_or_insert(vi);
+                }
+            }
+        }
+        index
+    }
+
+    fn in_vhost(&self, vhost: u32, path: &str) -> Option<RouteRef> {
+        let table = self.tables.get(vhost as usize)?;
+        table
+            .lookup(path)
+            .map(|route| RouteRef::Rule { vhost, route })
+    }
+
+    /// Finds the route for a normalized host (see [`crate::host::normalize_request_host`];
+    /// `None` when the request has no usable host) and a path without its query string.
+    pub fn lookup(&self, host: Option<&str>, path: &str) -> Option<RouteRef> {
+        if let Some(host) = host {
+            if let Some(&v) = self.exact.get(host)
+                && let Some(r) = self.in_vhost(v, path)
+            {
+                return Some(r);
+            }
+            if !self.wildcard.is_empty()
+                && let Some(dot) = host.find('.')
+                && dot > 0
+                && let Some(&v) = self.wildcard.get(&host[dot..])
+                && let Some(r) = self.in_vhost(v, path)
+            {
+                return Some(r);
+            }
+        }
+        if let Some(v) = self.any
+            && let Some(r) = self.in_vhost(v, path)
+        {
+            return Some(r);
+        }
+        self.has_default.then_some(RouteRef::Default)
+    }
+}

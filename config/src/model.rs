@@ -1,0 +1,282 @@
+//! The data model a [`crate::Snapshot`] is made of. Every type is plain data with `Eq` and `Hash`
+//! so that two snapshots can be compared (and hashed) to skip work when nothing changed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Identifies a Kubernetes object for problem reports and for back references (which Ingress a
+/// route came from, which Secret a certificate came from).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// Kubernetes kind, e.g. `Ingress`.
+    pub kind: &'static str,
+    /// Namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// Builds a reference from its parts.
+    pub fn new(kind: &'static str, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// How serious a reported problem is. Both kinds leave the rest of the configuration serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Something was accepted with an assumption (e.g. a missing `pathType`).
+    Warning,
+    /// Something was dropped or answers 503 because it cannot work.
+    Error,
+}
+
+/// A problem found while translating: names the object and the field, says what happened.
+/// The bad piece is dropped (or answers 503); everything else stays in the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Problem {
+    /// The object the problem is about.
+    pub object: ObjectRef,
+    /// The field path inside that object, e.g. `spec.rules[0].http.paths[1].backend`.
+    pub field: String,
+    /// What is wrong and what sluice does about it.
+    pub message: String,
+    /// Warning or error.
+    pub severity: Severity,
+    /// A short machine-readable reason (used as the Kubernetes Event reason).
+    pub reason: &'static str,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.object, self.field, self.message)
+    }
+}
+
+/// An upstream pool's identity: one Service port. Backends naming the port by number or by name
+/// resolve to the same key, so they share one pool.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    /// Service namespace.
+    pub namespace: String,
+    /// Service name.
+    pub service: String,
+    /// The Service's `port` (not the target port).
+    pub port: u16,
+}
+
+impl fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}:{}", self.namespace, self.service, self.port)
+    }
+}
+
+/// How sluice talks to the pods of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge (`appProtocol: kubernetes.io/h2c`).
+    H2c,
+    /// HTTP/1.1 over TLS (`appProtocol: https` or the backend-protocol annotation).
+    Https,
+}
+
+/// How a pool picks an endpoint for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum BalancePolicy {
+    /// Power of two choices over peak-EWMA latency weighted by in-flight requests.
+    #[default]
+    PeakEwma,
+    /// Plain round robin.
+    RoundRobin,
+}
+
+/// Whether an endpoint takes new requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EndpointState {
+    /// Ready: picked normally.
+    Ready,
+    /// Serving but terminating: picked only when no ready endpoint is left.
+    Draining,
+}
+
+/// One pod address of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointSpec {
+    /// Pod IP and target port.
+    pub addr: SocketAddr,
+    /// Ready or draining.
+    pub state: EndpointState,
+}
+
+/// An upstream pool: a Service port with its resolved endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClusterSpec {
+    /// Which Service port this is.
+    pub key: ClusterKey,
+    /// Protocol spoken to the pods.
+    pub protocol: UpstreamProtocol,
+    /// Balancing policy.
+    pub balance: BalancePolicy,
+    /// Endpoints, sorted by address, without duplicates.
+    pub endpoints: Vec<EndpointSpec>,
+}
+
+/// Where a matched request goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RouteAction {
+    /// Forward to the pool with this key.
+    Cluster(ClusterKey),
+    /// The backend cannot be resolved (missing Service or port): answer 503 with this reason.
+    Unavailable(String),
+}
+
+/// `Strict-Transport-Security` settings from the `sluice.dev/hsts` annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hsts {
+    /// `max-age` in seconds.
+    pub max_age: u64,
+    /// Whether `includeSubDomains` is sent.
+    pub include_subdomains: bool,
+}
+
+/// Per-route behaviour that comes from the Ingress the route was defined in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct RouteOptions {
+    /// Redirect plain-HTTP requests to HTTPS with 308 (only when the host has TLS).
+    pub ssl_redirect: bool,
+    /// HSTS header on HTTPS responses.
+    pub hsts: Option<Hsts>,
+}
+
+/// Path match type after translation; `ImplementationSpecific` is translated to `Prefix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PathKind {
+    /// The whole path must be equal (case-sensitive).
+    Exact,
+    /// Element-wise prefix on `/`-separated elements.
+    Prefix,
+}
+
+/// A path match. Prefix paths are stored normalized (no trailing slash; `/` is stored as ``).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PathMatch {
+    /// Exact or prefix.
+    pub kind: PathKind,
+    /// The normalized path.
+    pub path: String,
+}
+
+/// One path rule of a virtual host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// What path this route matches.
+    pub path: PathMatch,
+    /// Where matching requests go.
+    pub action: RouteAction,
+    /// The Ingress this route came from.
+    pub source: ObjectRef,
+    /// Per-Ingress options.
+    pub options: RouteOptions,
+}
+
+/// Which request hosts a virtual host serves.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostMatch {
+    /// One exact (lower-case) host name.
+    Exact(String),
+    /// `*.suffix`: exactly one DNS label in front of the stored suffix (stored with its leading
+    /// dot, e.g. `.example.com`).
+    Wildcard(String),
+    /// Rules without a host: every request host.
+    Any,
+}
+
+impl fmt::Display for HostMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMatch::Exact(h) => f.write_str(h),
+            HostMatch::Wildcard(s) => write!(f, "*{s}"),
+            HostMatch::Any => f.write_str("*"),
+        }
+    }
+}
+
+/// All routes for one host, merged across every Ingress object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VirtualHost {
+    /// The host this serves.
+    pub host: HostMatch,
+    /// Routes sorted by path.
+    pub routes: Vec<Route>,
+}
+
+/// Certificate and key as PEM, structurally checked (at least one certificate, one private key).
+/// Whether the key matches the certificate is checked by the data plane, which owns the crypto.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CertificatePem {
+    /// `tls.crt`: the certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// `tls.key`: the private key (PKCS#1, PKCS#8 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+impl fmt::Debug for CertificatePem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print key material.
+        f.debug_struct("CertificatePem")
+            .field("cert_pem_len", &self.cert_pem.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One TLS host bound to a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TlsBinding {
+    /// Host name or `*.` wildcard, lower case.
+    pub host: String,
+    /// The Secret named by the Ingress.
+    pub secret: ObjectRef,
+    /// The Ingress that asked for it.
+    pub source: ObjectRef,
+}
+
+/// Global settings that apply to the whole data plane.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Settings {
+    /// Default balancing policy for pools.
+    pub balance: BalancePolicy,
+    /// Whether hosts with TLS redirect plain HTTP to HTTPS unless an Ingress says otherwise.
+    pub ssl_redirect: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            balance: BalancePolicy::PeakEwma,
+            ssl_redirect: true,
+        }
+    }
+}
+
+/// Certificates by Secret; only Secrets that are referenced and structurally valid are present.
+pub type Certificates = BTreeMap<ObjectRef, Arc<CertificatePem>>;

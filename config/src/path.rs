@@ -1,0 +1,76 @@
+//! Ingress path rules: validation, normalization and the reference matcher.
+//!
+//! `Prefix` matching is element-wise on `/`-separated elements: `/aaa` never matches `/aaaccc`,
+//! a trailing slash on the rule is ignored, and `/foo` matches `/foo`, `/foo/` and `/foo/bar`.
+//! We store prefix paths without their trailing slash (`/` becomes the empty string) so that a
+//! request matches prefix `p` exactly when it equals `p` or continues with `/` right after `p`.
+
+use crate::model::{PathKind, PathMatch};
+
+/// Why an Ingress path was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Exact and Prefix paths must be absolute.
+    #[error("path {0:?} must start with '/'")]
+    NotAbsolute(String),
+    /// Unknown `pathType`.
+    #[error("unknown pathType {0:?} (expected Exact, Prefix or ImplementationSpecific)")]
+    UnknownType(String),
+}
+
+/// Builds a [`PathMatch`] from an Ingress path and `pathType`. `ImplementationSpecific` (and a
+/// missing type, reported separately as a warning) behaves as `Prefix`; a missing path is `/`.
+pub fn parse_path(path: Option<&str>, path_type: &str) -> Result<PathMatch, PathError> {
+    let kind = match path_type {
+        "Exact" => PathKind::Exact,
+        "Prefix" | "ImplementationSpecific" | "" => PathKind::Prefix,
+        other => return Err(PathError::UnknownType(other.to_string())),
+    };
+    let raw = match path {
+        None | Some("") => "/",
+        Some(p) => p,
+    };
+    if !raw.starts_with('/') {
+        return Err(PathError::NotAbsolute(raw.to_string()));
+    }
+    let path = match kind {
+        PathKind::Exact => raw.to_string(),
+        PathKind::Prefix => raw.trim_end_matches('/').to_string(),
+    };
+    Ok(PathMatch { kind, path })
+}
+
+/// Reference semantics: does `rule` match the request path (query already removed)?
+pub fn path_matches(rule: &PathMatch, request: &str) -> bool {
+    match rule.kind {
+        PathKind::Exact => rule.path == request,
+        PathKind::Prefix => request
+            .strip_prefix(rule.path.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
+    }
+}
+
+/// Ordering key for "longest match wins, Exact beats Prefix on a tie": larger is better.
+/// The length is that of the rule as matched (a prefix's normalized length).
+pub fn match_rank(rule: &PathMatch) -> (usize, bool) {
+    (rule.path.len(), rule.kind == PathKind::Exact)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes() {
+        let p = parse_path(Some("/foo/"), "Prefix").unwrap();
+        assert_eq!(p.path, "/foo");
+        let p = parse_path(Some("/"), "Prefix").unwrap();
+        assert_eq!(p.path, "");
+        let p = parse_path(None, "ImplementationSpecific").unwrap();
+        assert_eq!((p.kind, p.path.as_str()), (PathKind::Prefix, ""));
+        let p = parse_path(Some("/foo/"), "Exact").unwrap();
+        assert_eq!(p.path, "/foo/");
+        assert!(matches!(parse_path(Some("foo"), "Prefix"), Err(PathError::NotAbsolute(_))));
+        assert!(matches!(parse_path(Some("/"), "Regex"), Err(PathError::UnknownType(_))));
+    }
+}

@@ -1,0 +1,51 @@
+//! Structural checks of `kubernetes.io/tls` Secret data: the certificate chain and the private
+//! key must both be present and decodable PEM. Whether the key belongs to the certificate is a
+//! cryptographic check done by the data plane.
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::model::CertificatePem;
+
+/// Why Secret data is not a usable certificate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PemError {
+    /// `tls.crt` or `tls.key` missing or empty.
+    #[error("missing data key {0:?}")]
+    Missing(&'static str),
+    /// `tls.crt` holds no `CERTIFICATE` block or a broken one.
+    #[error("tls.crt: {0}")]
+    BadCertificate(String),
+    /// `tls.key` holds no supported private key.
+    #[error("tls.key: {0}")]
+    BadKey(String),
+}
+
+/// Checks PEM data from a Secret and returns it as a [`CertificatePem`].
+pub fn check_pem(cert: Option<&[u8]>, key: Option<&[u8]>) -> Result<CertificatePem, PemError> {
+    let cert = cert
+        .filter(|c| !c.is_empty())
+        .ok_or(PemError::Missing("tls.crt"))?;
+    let key = key
+        .filter(|k| !k.is_empty())
+        .ok_or(PemError::Missing("tls.key"))?;
+    let mut count = 0usize;
+    for c in CertificateDer::pem_slice_iter(cert) {
+        c.map_err(|e| PemError::BadCertificate(e.to_string()))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(PemError::BadCertificate(
+            "no CERTIFICATE block found".to_string(),
+        ));
+    }
+    PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+        PemError::BadKey(format!(
+            "{e} (expected an RSA PRIVATE KEY, PRIVATE KEY or EC PRIVATE KEY block)"
+        ))
+    })?;
+    Ok(CertificatePem {
+        cert_pem: cert.to_vec(),
+        key_pem: key.to_vec(),
+    })
+}

@@ -1,0 +1,151 @@
+//! [`Snapshot`]: the immutable, comparable result of translation, with its route index.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::host::{HostBuf, normalize_request_host};
+use crate::matcher::{RouteIndex, RouteRef};
+use crate::model::{Certificates, ClusterKey, ClusterSpec, Problem, Route, Settings, TlsBinding, VirtualHost};
+
+/// The parts a snapshot is built from (all already sorted and de-duplicated by translation).
+#[derive(Debug, Default, Clone)]
+pub struct SnapshotParts {
+    /// Virtual hosts sorted by host.
+    pub virtual_hosts: Vec<VirtualHost>,
+    /// The `defaultBackend` that won, as a route on path `/`.
+    pub default_backend: Option<Route>,
+    /// Upstream pools by key.
+    pub clusters: BTreeMap<ClusterKey, ClusterSpec>,
+    /// TLS hosts, sorted by host.
+    pub tls: Vec<TlsBinding>,
+    /// Certificates of the Secrets the bindings name (only valid ones).
+    pub certificates: Certificates,
+    /// Global settings.
+    pub settings: Settings,
+    /// Everything reported during translation.
+    pub problems: Vec<Problem>,
+}
+
+/// An immutable routing configuration. Two snapshots built from equal inputs are equal and have
+/// equal [`Snapshot::hash`]es; the data plane skips applying a snapshot equal to the current one.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    parts: SnapshotParts,
+    hash: u64,
+    index: RouteIndex,
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && self.parts.virtual_hosts == other.parts.virtual_hosts
+            && self.parts.default_backend == other.parts.default_backend
+            && self.parts.clusters == other.parts.clusters
+            && self.parts.tls == other.parts.tls
+            && self.parts.certificates == other.parts.certificates
+            && self.parts.settings == other.parts.settings
+            && self.parts.problems == other.parts.problems
+    }
+}
+
+impl Eq for Snapshot {}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Self::new(SnapshotParts::default())
+    }
+}
+
+impl Snapshot {
+    /// Builds a snapshot: computes its content hash and its route index.
+    pub fn new(parts: SnapshotParts) -> Self {
+        // `DefaultHasher::new()` uses fixed keys: equal content gives an equal hash in a process
+        // (and across processes built by the same compiler).
+        let mut h = DefaultHasher::new();
+        parts.virtual_hosts.hash(&mut h);
+        parts.default_backend.hash(&mut h);
+        parts.clusters.hash(&mut h);
+        parts.tls.hash(&mut h);
+        parts.certificates.hash(&mut h);
+        parts.settings.hash(&mut h);
+        parts.problems.hash(&mut h);
+        let index = RouteIndex::build(&parts.virtual_hosts, parts.default_backend.is_some());
+        Self {
+            hash: h.finish(),
+            index,
+            parts,
+        }
+    }
+
+    /// The content hash (equal snapshots have equal hashes).
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Virtual hosts, sorted by host.
+    pub fn virtual_hosts(&self) -> &[VirtualHost] {
+        &self.parts.virtual_hosts
+    }
+
+    /// The winning `defaultBackend`, if any.
+    pub fn default_backend(&self) -> Option<&Route> {
+        self.parts.default_backend.as_ref()
+    }
+
+    /// Upstream pools.
+    pub fn clusters(&self) -> &BTreeMap<ClusterKey, ClusterSpec> {
+        &self.parts.clusters
+    }
+
+    /// TLS host bindings.
+    pub fn tls(&self) -> &[TlsBinding] {
+        &self.parts.tls
+    }
+
+    /// Valid certificates by Secret.
+    pub fn certificates(&self) -> &Certificates {
+        &self.parts.certificates
+    }
+
+    /// Global settings.
+    pub fn settings(&self) -> &Settings {
+        &self.parts.settings
+    }
+
+    /// Problems found while translating.
+    pub fn problems(&self) -> &[Problem] {
+        &self.parts.problems
+    }
+
+    /// The parts, for building a modified copy.
+    pub fn parts(&self) -> &SnapshotParts {
+        &self.parts
+    }
+
+    /// Looks a request up by normalized host (`None` for no usable host) and path (no query).
+    pub fn route_ref(&self, host: Option<&str>, path: &str) -> Option<RouteRef> {
+        self.index.lookup(host, path)
+    }
+
+    /// Resolves a [`RouteRef`] to its route.
+    pub fn resolve(&self, r: RouteRef) -> Option<&Route> {
+        match r {
+            RouteRef::Default => self.parts.default_backend.as_ref(),
+            RouteRef::Rule { vhost, route } => self
+                .parts
+                .virtual_hosts
+                .get(vhost as usize)?
+                .routes
+                .get(route as usize),
+        }
+    }
+
+    /// Which route serves a request with this raw `Host` header (port and case allowed) and
+    /// request target (a query string is ignored). `None` means 404.
+    pub fn route(&self, raw_host: &str, target: &str) -> Option<&Route> {
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        let mut buf = HostBuf::default();
+        let host = normalize_request_host(raw_host, &mut buf);
+        self.route_ref(host, path).and_then(|r| self.resolve(r))
+    }
+}

@@ -1,0 +1,180 @@
+//! Backend resolution: Ingress backend → Service port → EndpointSlices → upstream pool.
+//! Follows kube-proxy's policy: slices joined by the `kubernetes.io/service-name` label, the
+//! slice port matched by the Service port's name, FQDN slices skipped, `addresses[0]` used,
+//! duplicates removed, ready endpoints used and serving+terminating ones kept as draining.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::networking::v1::IngressBackend;
+
+use crate::model::{
+    BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, EndpointState, ObjectRef, RouteAction,
+    Severity, UpstreamProtocol,
+};
+use crate::world::World;
+
+use super::Problems;
+
+/// Protocol from a Service port's `appProtocol`.
+fn app_protocol(port: &ServicePort) -> UpstreamProtocol {
+    match port.app_protocol.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        Some("kubernetes.io/h2c") | Some("h2c") => UpstreamProtocol::H2c,
+        Some("https") | Some("kubernetes.io/https") => UpstreamProtocol::Https,
+        _ => UpstreamProtocol::Http1,
+    }
+}
+
+/// Resolves the endpoints of one Service port from the world's EndpointSlices.
+pub fn resolve_endpoints(world: &World, namespace: &str, svc: &Service, port: &ServicePort) -> Vec<EndpointSpec> {
+    let svc_name = svc.metadata.name.as_deref().unwrap_or_default();
+    let port_name = port.name.as_deref().unwrap_or_default();
+    let mut found: BTreeMap<SocketAddr, EndpointState> = BTreeMap::new();
+    for slice in world.slices_for(namespace, svc_name) {
+        if slice.address_type == "FQDN" {
+            continue;
+        }
+        let Some(target) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for ep in &slice.endpoints {
+            let Some(ip) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            let cond = ep.conditions.as_ref();
+            let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+            let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+            let state = if ready {
+                EndpointState::Ready
+            } else if serving && terminating {
+                EndpointState::Draining
+            } else {
+                continue;
+            };
+            let addr = SocketAddr::new(ip, target);
+            // Ready wins over draining when one address shows up in several slices.
+            found
+                .entry(addr)
+                .and_modify(|s| *s = (*s).min(state))
+                .or_insert(state);
+        }
+    }
+    found
+        .into_iter()
+        .map(|(addr, state)| EndpointSpec { addr, state })
+        .collect()
+}
+
+/// Recomputes the endpoints of one pool (the endpoints-only fast path). `None` when the Service
+/// or its port no longer exists (a full rebuild is then needed).
+pub fn cluster_endpoints(world: &World, key: &ClusterKey) -> Option<Vec<EndpointSpec>> {
+    let svc = world
+        .services
+        .get(&(key.namespace.clone(), key.service.clone()))?;
+    let port = svc
+        .spec
+        .as_ref()?
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.port == i32::from(key.port))?;
+    Some(resolve_endpoints(world, &key.namespace, svc, port))
+}
+
+/// Builds the pools referenced by routes, once per key.
+pub(super) struct Resolver<'w> {
+    world: &'w World,
+    balance: BalancePolicy,
+    clusters: BTreeMap<ClusterKey, ClusterSpec>,
+    /// Which Ingress set a cluster's protocol by annotation (the oldest wins).
+    protocol_set_by: BTreeMap<ClusterKey, ObjectRef>,
+}
+
+impl<'w> Resolver<'w> {
+    pub(super) fn new(world: &'w World, balance: BalancePolicy) -> Self {
+        Self {
+            world,
+            balance,
+            clusters: BTreeMap::new(),
+            protocol_set_by: BTreeMap::new(),
+        }
+    }
+
+    pub(super) fn finish(self) -> BTreeMap<ClusterKey, ClusterSpec> {
+        self.clusters
+    }
+
+    /// Resolves one Ingress backend. Problems become a 503 action plus a report.
+    pub(super) fn resolve(
+        &mut self,
+        src: &ObjectRef,
+        field: &str,
+        backend: &IngressBackend,
+        protocol: Option<UpstreamProtocol>,
+        p: &mut Problems,
+    ) -> RouteAction {
+        let fail = |p: &mut Problems, reason: &'static str, field: String, msg: String| {
+            p.report(Severity::Error, reason, src, field, format!("{msg}; requests answer 503"));
+            RouteAction::Unavailable(msg)
+        };
+        if backend.resource.is_some() {
+            return fail(p, "UnsupportedBackend", format!("{field}.resource"), "resource backends are not supported".into());
+        }
+        let Some(sb) = &backend.service else {
+            return fail(p, "InvalidBackend", field.to_string(), "backend names no service".into());
+        };
+        let ns = src.namespace.as_str();
+        let Some(svc) = self.world.services.get(&(ns.to_string(), sb.name.clone())) else {
+            return fail(p, "ServiceNotFound", format!("{field}.service.name"), format!("Service {ns}/{} not found", sb.name));
+        };
+        let spec = svc.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return fail(p, "UnsupportedBackend", format!("{field}.service.name"), format!("Service {ns}/{} is of type ExternalName, which is not supported", sb.name));
+        }
+        let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+        let want = sb.port.as_ref();
+        let port = match (want.and_then(|w| w.number), want.and_then(|w| w.name.as_deref())) {
+            (Some(n), _) => ports.iter().find(|sp| sp.port == n).ok_or_else(|| format!("Service {ns}/{} has no port {n}", sb.name)),
+            (None, Some(name)) => ports.iter().find(|sp| sp.name.as_deref() == Some(name)).ok_or_else(|| format!("Service {ns}/{} has no port named {name:?}", sb.name)),
+            (None, None) => Err("backend.service.port needs a number or a name".to_string()),
+        };
+        let port = match port {
+            Ok(pt) => pt,
+            Err(msg) => return fail(p, "ServicePortNotFound", format!("{field}.service.port"), msg),
+        };
+        let Ok(port_num) = u16::try_from(port.port) else {
+            return fail(p, "ServicePortNotFound", format!("{field}.service.port"), format!("Service {ns}/{} port {} is out of range", sb.name, port.port));
+        };
+        let key = ClusterKey { namespace: ns.to_string(), service: sb.name.clone(), port: port_num };
+        let world = self.world;
+        let balance = self.balance;
+        let cluster = self.clusters.entry(key.clone()).or_insert_with(|| ClusterSpec {
+            key: key.clone(),
+            protocol: app_protocol(port),
+            balance,
+            endpoints: resolve_endpoints(world, ns, svc, port),
+        });
+        if let Some(proto) = protocol {
+            match self.protocol_set_by.get(&key) {
+                None => {
+                    cluster.protocol = proto;
+                    self.protocol_set_by.insert(key.clone(), src.clone());
+                }
+                Some(first) if cluster.protocol != proto => {
+                    p.report(Severity::Warning, "Conflict", src, "metadata.annotations[sluice.dev/backend-protocol]", format!("ignored for {key}: the older {first} sets {:?}", cluster.protocol));
+                }
+                Some(_) => {}
+            }
+        }
+        RouteAction::Cluster(key)
+    }
+}

@@ -1,0 +1,279 @@
+//! Translation of Kubernetes objects into a [`Snapshot`].
+//!
+//! Semantics (Ingress v1 and KEP-1453):
+//! - An Ingress is ours when `spec.ingressClassName` names an IngressClass whose
+//!   `spec.controller` is our controller name; or, without that field, when the legacy
+//!   `kubernetes.io/ingress.class` annotation equals our class name; or, with neither, when one of
+//!   our IngressClasses is marked `ingressclass.kubernetes.io/is-default-class: "true"`.
+//! - Rules for one host are merged across all our Ingresses. When two Ingresses define the same
+//!   host + path + type, the oldest (`creationTimestamp`, then namespace/name) wins and the other
+//!   gets a reported conflict. Objects without a timestamp (files) order after those with one.
+//! - `ImplementationSpecific` behaves exactly as `Prefix`.
+//! - When a more specific virtual host has no matching path, the request falls through to the
+//!   wildcard host, then to host-less rules, then to the `defaultBackend`, then 404.
+//! - A `tls` entry without `hosts` covers the hosts of its Ingress's rules.
+
+mod backend;
+mod tls;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::annotations;
+use crate::host::parse_rule_host;
+use crate::model::{
+    HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity,
+    VirtualHost,
+};
+use crate::path::parse_path;
+use crate::snapshot::{Snapshot, SnapshotParts};
+use crate::world::World;
+
+pub use backend::{cluster_endpoints, resolve_endpoints};
+
+/// Default controller name (`spec.controller` of our IngressClass).
+pub const DEFAULT_CONTROLLER_NAME: &str = "sluice.dev/ingress-controller";
+/// Default class name for the legacy annotation.
+pub const DEFAULT_INGRESS_CLASS: &str = "sluice";
+
+/// Who we are and global settings.
+#[derive(Debug, Clone)]
+pub struct TranslateOptions {
+    /// IngressClass `spec.controller` value we own.
+    pub controller_name: String,
+    /// Class name matched against the legacy `kubernetes.io/ingress.class` annotation.
+    pub ingress_class: String,
+    /// Only Ingresses in this namespace, when set.
+    pub watch_namespace: Option<String>,
+    /// Global settings copied into the snapshot.
+    pub settings: Settings,
+}
+
+impl Default for TranslateOptions {
+    fn default() -> Self {
+        Self {
+            controller_name: DEFAULT_CONTROLLER_NAME.to_string(),
+            ingress_class: DEFAULT_INGRESS_CLASS.to_string(),
+            watch_namespace: None,
+            settings: Settings::default(),
+        }
+    }
+}
+
+/// Collects problems during one translation.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<Problem>);
+
+impl Problems {
+    pub(crate) fn report(
+        &mut self,
+        severity: Severity,
+        reason: &'static str,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.0.push(Problem {
+            object: object.clone(),
+            field: field.into(),
+            message: message.into(),
+            severity,
+            reason,
+        });
+    }
+}
+
+/// Whether this IngressClass belongs to us.
+pub fn class_is_ours(class: &IngressClass, opts: &TranslateOptions) -> bool {
+    class
+        .spec
+        .as_ref()
+        .and_then(|s| s.controller.as_deref())
+        .is_some_and(|c| c == opts.controller_name)
+}
+
+/// Whether this Ingress belongs to us (see the module docs for the rules).
+pub fn ingress_is_ours(world: &World, ing: &Ingress, opts: &TranslateOptions) -> bool {
+    if let Some(ns) = &opts.watch_namespace
+        && ing.metadata.namespace.as_deref().unwrap_or_default() != ns
+    {
+        return false;
+    }
+    if let Some(class) = ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
+        return world
+            .ingress_classes
+            .get(&(String::new(), class.to_string()))
+            .is_some_and(|c| class_is_ours(c, opts));
+    }
+    if let Some(a) = ing
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::INGRESS_CLASS))
+    {
+        return a == &opts.ingress_class;
+    }
+    world.ingress_classes.values().any(|c| {
+        class_is_ours(c, opts)
+            && c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(annotations::DEFAULT_CLASS))
+                .is_some_and(|v| v == "true")
+    })
+}
+
+/// Reference to an Ingress for reports.
+pub fn ingress_ref(ing: &Ingress) -> ObjectRef {
+    ObjectRef::new(
+        "Ingress",
+        ing.metadata.namespace.clone().unwrap_or_default(),
+        ing.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Conflict order: oldest first, objects without a timestamp after those with one, then by
+/// namespace/name.
+fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
+    let ts = ing.metadata.creation_timestamp.clone();
+    (ts.is_none(), ts, ingress_ref(ing))
+}
+
+/// Per-Ingress options from annotations; invalid annotations are reported and ignored.
+fn route_options(ing: &Ingress, src: &ObjectRef, settings: &Settings, p: &mut Problems) -> RouteOptions {
+    let empty = BTreeMap::new();
+    let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+    let ssl_redirect = match annotations::ssl_redirect(ann) {
+        Ok(v) => v.unwrap_or(settings.ssl_redirect),
+        Err(e) => {
+            p.report(Severity::Warning, "InvalidAnnotation", src, format!("metadata.annotations[{}]", e.name), e.to_string());
+            settings.ssl_redirect
+        }
+    };
+    let hsts = match annotations::hsts(ann) {
+        Ok(v) => v,
+        Err(e) => {
+            p.report(Severity::Warning, "InvalidAnnotation", src, format!("metadata.annotations[{}]", e.name), e.to_string());
+            None
+        }
+    };
+    RouteOptions { ssl_redirect, hsts }
+}
+
+/// Translates the world into a snapshot. Never panics; every problem is reported in
+/// [`Snapshot::problems`] and only the bad piece is dropped (or answers 503).
+pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
+    let mut problems = Problems::default();
+    let mut ours: Vec<&Ingress> = world
+        .ingresses
+        .values()
+        .map(|i| i.as_ref())
+        .filter(|i| ingress_is_ours(world, i, opts))
+        .collect();
+    ours.sort_by_cached_key(|i| age_key(i));
+
+    let tls = tls::collect(world, &ours, &mut problems);
+    let mut backends = backend::Resolver::new(world, opts.settings.balance);
+    let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
+    let mut default_backend: Option<Route> = None;
+
+    for ing in &ours {
+        let src = ingress_ref(ing);
+        let Some(spec) = ing.spec.as_ref() else { continue };
+        let options = route_options(ing, &src, &opts.settings, &mut problems);
+        let protocol = match annotations::backend_protocol(ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new())) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.report(Severity::Warning, "InvalidAnnotation", &src, format!("metadata.annotations[{}]", e.name), e.to_string());
+                None
+            }
+        };
+        if let Some(db) = &spec.default_backend {
+            if let Some(existing) = &default_backend {
+                problems.report(
+                    Severity::Warning,
+                    "Conflict",
+                    &src,
+                    "spec.defaultBackend",
+                    format!("ignored: {} is older and also sets a defaultBackend", existing.source),
+                );
+            } else {
+                let action = backends.resolve(&src, "spec.defaultBackend", db, protocol, &mut problems);
+                default_backend = Some(Route {
+                    path: PathMatch { kind: crate::model::PathKind::Prefix, path: String::new() },
+                    action,
+                    source: src.clone(),
+                    options: RouteOptions { ssl_redirect: false, hsts: options.hsts },
+                });
+            }
+        }
+        for (ri, rule) in spec.rules.iter().flatten().enumerate() {
+            let host = match parse_rule_host(rule.host.as_deref().unwrap_or_default()) {
+                Ok(h) => h,
+                Err(e) => {
+                    problems.report(Severity::Error, "InvalidHost", &src, format!("spec.rules[{ri}].host"), format!("{e}; rule ignored"));
+                    continue;
+                }
+            };
+            let Some(http) = &rule.http else { continue };
+            for (pi, p) in http.paths.iter().enumerate() {
+                let field = format!("spec.rules[{ri}].http.paths[{pi}]");
+                let path_type = p.path_type.as_str();
+                if path_type.is_empty() {
+                    problems.report(Severity::Warning, "MissingPathType", &src, format!("{field}.pathType"), "pathType is required; treated as ImplementationSpecific (= Prefix)");
+                }
+                let path = match parse_path(p.path.as_deref(), path_type) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        problems.report(Severity::Error, "InvalidPath", &src, format!("{field}.path"), format!("{e}; path ignored"));
+                        continue;
+                    }
+                };
+                let routes = hosts.entry(host.clone()).or_default();
+                if let Some(existing) = routes.get(&path) {
+                    problems.report(
+                        Severity::Warning,
+                        "Conflict",
+                        &src,
+                        field,
+                        format!(
+                            "host {host} path {:?} ({:?}) is already defined by the older {}; ignored here",
+                            p.path.as_deref().unwrap_or("/"),
+                            path.kind,
+                            existing.source
+                        ),
+                    );
+                    continue;
+                }
+                let action = backends.resolve(&src, &format!("{field}.backend"), &p.backend, protocol, &mut problems);
+                let mut route_opts = options.clone();
+                route_opts.ssl_redirect &= tls.covers(&host);
+                routes.insert(path.clone(), Route { path, action, source: src.clone(), options: route_opts });
+            }
+        }
+    }
+
+    let virtual_hosts = hosts
+        .into_iter()
+        .filter(|(_, routes)| !routes.is_empty())
+        .map(|(host, routes)| VirtualHost { host, routes: routes.into_values().collect() })
+        .collect();
+    let (bindings, certificates) = tls.finish(world, &mut problems);
+    let mut problems = problems.0;
+    problems.sort();
+    problems.dedup();
+    Snapshot::new(SnapshotParts {
+        virtual_hosts,
+        default_backend,
+        clusters: backends.finish(),
+        tls: bindings,
+        certificates,
+        settings: opts.settings.clone(),
+        problems,
+    })
+}
+
+#[cfg(test)]
+mod tests;

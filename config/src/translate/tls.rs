@@ -1,0 +1,121 @@
+//! TLS sections: host → Secret bindings (the oldest Ingress wins a host) and the certificates of
+//! the Secrets they name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::Ingress;
+
+use crate::host::{host_matches, parse_rule_host};
+use crate::model::{Certificates, HostMatch, ObjectRef, Severity, TlsBinding};
+use crate::pem::check_pem;
+use crate::world::World;
+
+use super::{Problems, ingress_ref};
+
+/// The Secret type sluice reads certificates from.
+pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+
+/// TLS hosts gathered from all our Ingresses.
+pub(super) struct TlsHosts {
+    /// Host (as written, lower-cased) → binding; `None` secret means "default certificate".
+    hosts: BTreeMap<String, Option<TlsBinding>>,
+    matches: Vec<HostMatch>,
+}
+
+pub(super) fn collect(world: &World, ours: &[&Ingress], p: &mut Problems) -> TlsHosts {
+    let _ = world;
+    let mut hosts: BTreeMap<String, Option<TlsBinding>> = BTreeMap::new();
+    for ing in ours {
+        let src = ingress_ref(ing);
+        let Some(spec) = &ing.spec else { continue };
+        for (ti, tls) in spec.tls.iter().flatten().enumerate() {
+            let listed: Vec<String> = match tls.hosts.as_deref() {
+                Some(h) if !h.is_empty() => h.to_vec(),
+                _ => spec.rules.iter().flatten().filter_map(|r| r.host.clone()).filter(|h| !h.is_empty()).collect(),
+            };
+            for (hi, raw) in listed.iter().enumerate() {
+                let host = match parse_rule_host(raw) {
+                    Ok(HostMatch::Any) => continue,
+                    Ok(h) => h.to_string(),
+                    Err(e) => {
+                        p.report(Severity::Error, "InvalidHost", &src, format!("spec.tls[{ti}].hosts[{hi}]"), format!("{e}; ignored"));
+                        continue;
+                    }
+                };
+                let binding = tls.secret_name.as_ref().filter(|s| !s.is_empty()).map(|s| TlsBinding {
+                    host: host.clone(),
+                    secret: ObjectRef::new("Secret", src.namespace.clone(), s.clone()),
+                    source: src.clone(),
+                });
+                match hosts.get(&host) {
+                    None => {
+                        hosts.insert(host, binding);
+                    }
+                    Some(existing) => {
+                        let same = existing.as_ref().map(|b| &b.secret) == binding.as_ref().map(|b| &b.secret);
+                        if !same {
+                            let by = existing.as_ref().map_or_else(|| "an older Ingress".to_string(), |b| b.source.to_string());
+                            p.report(Severity::Warning, "Conflict", &src, format!("spec.tls[{ti}]"), format!("TLS for host {host} is already set by {by}; ignored here"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let matches = hosts
+        .keys()
+        .filter_map(|h| parse_rule_host(h).ok())
+        .collect();
+    TlsHosts { hosts, matches }
+}
+
+fn secret_data<'a>(s: &'a Secret, key: &str) -> Option<&'a [u8]> {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.as_slice())
+        .or_else(|| s.string_data.as_ref().and_then(|d| d.get(key)).map(|v| v.as_bytes()))
+}
+
+impl TlsHosts {
+    /// Whether a virtual host has TLS configured (so ssl-redirect applies to it).
+    pub(super) fn covers(&self, host: &HostMatch) -> bool {
+        match host {
+            HostMatch::Any => false,
+            HostMatch::Wildcard(_) => self.hosts.contains_key(&host.to_string()),
+            HostMatch::Exact(h) => self.matches.iter().any(|m| host_matches(m, h)),
+        }
+    }
+
+    /// Checks the named Secrets and returns bindings plus valid certificates.
+    pub(super) fn finish(self, world: &World, p: &mut Problems) -> (Vec<TlsBinding>, Certificates) {
+        let bindings: Vec<TlsBinding> = self.hosts.into_values().flatten().collect();
+        let secrets: BTreeSet<(&ObjectRef, &ObjectRef)> = bindings.iter().map(|b| (&b.secret, &b.source)).collect();
+        let mut certs = Certificates::new();
+        let mut seen = BTreeSet::new();
+        for (secret, source) in secrets {
+            if !seen.insert(secret) {
+                continue;
+            }
+            let field = format!("spec.tls (secretName {})", secret.name);
+            let Some(s) = world.secrets.get(&(secret.namespace.clone(), secret.name.clone())) else {
+                p.report(Severity::Error, "SecretNotFound", source, field, format!("{secret} not found; its hosts use the last good or the default certificate"));
+                continue;
+            };
+            let ty = s.type_.as_deref().unwrap_or("Opaque");
+            if ty != TLS_SECRET_TYPE {
+                p.report(Severity::Error, "InvalidSecret", secret, "type", format!("type is {ty:?}, expected {TLS_SECRET_TYPE:?}; its hosts use the last good or the default certificate"));
+                continue;
+            }
+            match check_pem(secret_data(s, "tls.crt"), secret_data(s, "tls.key")) {
+                Ok(pem) => {
+                    certs.insert(secret.clone(), Arc::new(pem));
+                }
+                Err(e) => p.report(Severity::Error, "InvalidSecret", secret, "data", format!("{e}; its hosts use the last good or the default certificate")),
+            }
+        }
+        (bindings, certs)
+    }
+}
