@@ -1,1 +1,43 @@
-fn main() {}
+//! `sluice`: see `sluice --help`.
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use sluice::cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let common = match &cli.command {
+        Command::Serve(a) => a.common.clone(),
+        Command::Controller(a) => a.common.clone(),
+    };
+    if let Err(e) = sluice::logging::init(common.log_format, &common.log_level) {
+        eprintln!("sluice: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all().thread_name("sluice-worker");
+    if let Some(n) = common.workers {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = match rt.build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Serve(a) => sluice::serve::run(a).await,
+            Command::Controller(a) => sluice::controller::run(a).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("sluice: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

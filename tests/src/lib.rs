@@ -1,1 +1,157 @@
-//! End-to-end tests live in tests/tests/*.rs.
+//! Shared helpers for sluice's end-to-end tests: pod-like backends, manifest writers, an
+//! in-process `sluice serve`, and a small HTTP client. Everything runs on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+pub use sluice::serve::Serving;
+use sluice_bench::backend::{Backend, BackendConfig};
+
+/// Starts a backend named `name` on a free loopback port.
+pub async fn backend(name: &str) -> Backend {
+    Backend::start("127.0.0.1:0".parse().unwrap(), BackendConfig { name: name.to_string(), body_size: 1024, http2: true }).await.unwrap()
+}
+
+/// Writes a file atomically (write + rename), as a careful user or a controller would.
+pub fn write_atomic(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// YAML for the `sluice` IngressClass.
+pub fn ingress_class() -> String {
+    "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: sluice\nspec:\n  controller: sluice.dev/ingress-controller\n".to_string()
+}
+
+/// YAML for an Ingress with one rule of `(path, pathType, service)` entries.
+pub fn ingress(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> String {
+    let mut s = format!("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ingressClassName: sluice\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n");
+    for (p, t, svc) in paths {
+        let _ = write!(s, "      - path: {p}\n        pathType: {t}\n        backend:\n          service:\n            name: {svc}\n            port:\n              number: 80\n");
+    }
+    s
+}
+
+/// YAML for a Service with port 80 named `http`.
+pub fn service(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports:\n  - name: http\n    port: 80\n")
+}
+
+/// YAML for an EndpointSlice of `svc` with these ready addresses (all on 127.0.0.1, one port
+/// each: every address gets its own slice so ports may differ).
+pub fn endpoint_slices(svc: &str, addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {svc}-{i}\n  namespace: default\n  labels:\n    kubernetes.io/service-name: {svc}\naddressType: IPv4\nports:\n- name: http\n  port: {}\nendpoints:\n- addresses: [\"{}\"]\n  conditions: {{ready: true}}\n", a.port(), a.ip())
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// A temporary manifest directory.
+#[derive(Debug)]
+pub struct Manifests {
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+}
+
+impl Manifests {
+    /// A new empty directory.
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// Path of a file in it.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes (atomically) a file in it.
+    pub fn write(&self, name: &str, content: &str) {
+        write_atomic(&self.path(name), content);
+    }
+}
+
+impl Default for Manifests {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Starts `sluice serve` in-process on free loopback ports with extra flags.
+pub async fn serve(dir: &Path, extra: &[&str]) -> Serving {
+    let mut argv: Vec<String> = ["sluice", "serve", "--manifests", dir.to_str().unwrap(), "--http-listen", "127.0.0.1:0", "--https-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let cli = sluice::cli::Cli::try_parse_from(argv).unwrap();
+    let sluice::cli::Command::Serve(args) = cli.command else { panic!("not serve") };
+    sluice::serve::start(&args).await.unwrap()
+}
+
+/// A keep-alive HTTP/1.1 client.
+pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build_http()
+}
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Got {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Got {
+    /// The `x-backend` header.
+    pub fn backend(&self) -> Option<&str> {
+        self.headers.get("x-backend").and_then(|v| v.to_str().ok())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// GET `path` on `addr` with a Host header.
+pub async fn get(c: &Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr, host: &str, path: &str) -> anyhow::Result<Got> {
+    let req = Request::get(format!("http://{addr}{path}")).header("host", host).body(Empty::new())?;
+    let resp = c.request(req).await?;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Got { status: parts.status, headers: parts.headers, body })
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}

@@ -1,0 +1,142 @@
+//! Test backends that behave like pods: fixed-size responses naming the backend, a graceful stop
+//! (close the listener, finish in-flight requests, close idle keep-alive connections) and an
+//! abrupt one (drop everything at once).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How a backend answers.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// Name put in the `x-backend` response header.
+    pub name: String,
+    /// Response body size in bytes (`?size=N` overrides per request).
+    pub body_size: usize,
+    /// Serve HTTP/2 prior knowledge too (h2c).
+    pub http2: bool,
+}
+
+/// A running backend.
+#[derive(Debug)]
+pub struct Backend {
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Requests answered.
+    pub requests: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
+    q?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+async fn answer(cfg: Arc<BackendConfig>, body: Arc<Bytes>, count: Arc<AtomicU64>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    count.fetch_add(1, Ordering::Relaxed);
+    let q = req.uri().query();
+    if let Some(ms) = query_param(q, "delay_ms").and_then(|v| v.parse::<u64>().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let status = query_param(q, "status").and_then(|v| v.parse::<u16>().ok()).and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+    let payload = match query_param(q, "size").and_then(|v| v.parse::<usize>().ok()) {
+        Some(n) => Bytes::from(vec![b'x'; n]),
+        None if req.uri().path() == "/echo" => {
+            // Echo the request head (and body size) as text: used by conformance tests.
+            let mut s = format!("method={}\npath={}\nversion={:?}\n", req.method(), req.uri(), req.version());
+            for (k, v) in req.headers() {
+                s.push_str(&format!("{}={}\n", k, v.to_str().unwrap_or("?")));
+            }
+            let n = req.into_body().collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+            s.push_str(&format!("body-bytes={n}\n"));
+            Bytes::from(s)
+        }
+        None => (*body).clone(),
+    };
+    let mut r = Response::new(Full::new(payload));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(&cfg.name) {
+        r.headers_mut().insert("x-backend", v);
+    }
+    r
+}
+
+impl Backend {
+    /// Starts a backend on `addr` (port 0 picks one).
+    pub async fn start(addr: SocketAddr, cfg: BackendConfig) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Self::from_listener(listener, cfg))
+    }
+
+    /// Starts a backend on a bound listener.
+    pub fn from_listener(listener: TcpListener, cfg: BackendConfig) -> Self {
+        let addr = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (stop, mut stop_rx) = watch::channel(false);
+        let count = Arc::clone(&requests);
+        let body = Arc::new(Bytes::from(vec![b'x'; cfg.body_size]));
+        let cfg = Arc::new(cfg);
+        let task = tokio::spawn(async move {
+            let graceful = GracefulShutdown::new();
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).keep_alive(true);
+            let builder = if cfg.http2 { builder } else { builder.http1_only() };
+            // Connection tasks live in this set so that aborting the backend cuts them all.
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                while conns.try_join_next().is_some() {}
+                tokio::select! {
+                    a = listener.accept() => {
+                        let Ok((stream, _)) = a else { continue };
+                        let _ = stream.set_nodelay(true);
+                        let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
+                        let svc = service_fn(move |req| {
+                            let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
+                            async move { Ok::<_, Infallible>(answer(cfg, body, count, req).await) }
+                        });
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                        let fut = graceful.watch(conn);
+                        conns.spawn(async move { let _ = fut.await; });
+                    }
+                    _ = stop_rx.changed() => break,
+                }
+            }
+            // Like a pod on SIGTERM: the listener is closed (dropped) first, then connections
+            // finish their current request and close.
+            drop(listener);
+            let _ = tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await;
+            while conns.join_next().await.is_some() {}
+        });
+        Self { addr, requests, stop, task }
+    }
+
+    /// Graceful stop: listener closed, in-flight requests finish, keep-alive connections close.
+    pub async fn stop_graceful(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Starts a graceful stop without waiting for it.
+    pub fn begin_stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Abrupt stop: the accept loop is aborted and every connection task dropped with it is cut.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,159 @@
+//! Wiring shared by `serve` and `controller`: settings from flags, the data plane, listeners,
+//! the admin API, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sluice_config::{BalancePolicy, ObjectRef, Settings, TranslateOptions};
+use sluice_proxy::pool::UpstreamSettings;
+use sluice_proxy::tls::{LoadedCert, TlsOptions};
+use sluice_proxy::upstream_tls::UpstreamTls;
+use sluice_proxy::{DataPlane, ProxySettings, Server, ServerOptions};
+use tokio::task::JoinHandle;
+
+use crate::cli::{Balance, CommonArgs, listen_addr};
+
+/// Default listen addresses for a mode.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    /// Plain HTTP.
+    pub http: &'static str,
+    /// HTTPS.
+    pub https: &'static str,
+}
+
+/// Parses `NAMESPACE/NAME`.
+pub fn parse_object_ref(kind: &'static str, v: &str) -> anyhow::Result<ObjectRef> {
+    match v.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(ObjectRef::new(kind, ns, name)),
+        _ => bail!("{v:?} is not NAMESPACE/NAME"),
+    }
+}
+
+/// Translation options from flags.
+pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
+    TranslateOptions {
+        controller_name: c.controller_name.clone(),
+        ingress_class: c.ingress_class.clone(),
+        watch_namespace: c.watch_namespace.clone(),
+        settings: Settings {
+            balance: match c.balance {
+                Balance::Ewma => BalancePolicy::PeakEwma,
+                Balance::RoundRobin => BalancePolicy::RoundRobin,
+            },
+            ssl_redirect: c.ssl_redirect,
+        },
+    }
+}
+
+/// A running data plane with its listeners.
+#[derive(Debug)]
+pub struct Running {
+    /// The data plane.
+    pub dp: Arc<DataPlane>,
+    /// Bound plain-HTTP address.
+    pub http_addr: Option<SocketAddr>,
+    /// Bound HTTPS address.
+    pub https_addr: Option<SocketAddr>,
+    /// Bound admin address.
+    pub admin_addr: SocketAddr,
+    server: Server,
+    admin: JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts the data plane and binds every listener. Fails clearly on bad flags or ports.
+    pub async fn start(c: &CommonArgs, defaults: Defaults, default_cert: Option<LoadedCert>) -> anyhow::Result<Self> {
+        sluice_proxy::tls::install_default_provider();
+        let http = listen_addr(c.http_listen.as_deref(), defaults.http).map_err(anyhow::Error::msg).context("--http-listen")?;
+        let https = listen_addr(c.https_listen.as_deref(), defaults.https).map_err(anyhow::Error::msg).context("--https-listen")?;
+        let default_certificate = c.default_ssl_certificate.as_deref().map(|v| parse_object_ref("Secret", v)).transpose().context("--default-ssl-certificate")?;
+        let tls_client = match &c.upstream_ca_file {
+            None => UpstreamTls::default(),
+            Some(p) => {
+                let pem = std::fs::read(p).with_context(|| format!("--upstream-ca-file {}", p.display()))?;
+                UpstreamTls::with_ca(&pem).with_context(|| format!("--upstream-ca-file {}", p.display()))?
+            }
+        };
+        let settings = ProxySettings {
+            request_timeout: Duration::from_secs(c.request_timeout.max(1)),
+            max_body_size: c.max_body_size,
+            upstream_tries: c.upstream_tries.max(1),
+            https_port: https.map_or(443, |a| a.port()),
+            upstream: UpstreamSettings {
+                connect_timeout: Duration::from_millis(c.upstream_connect_timeout_ms.max(1)),
+                idle_timeout: Duration::from_secs(c.upstream_idle_timeout),
+                tls: tls_client,
+                ..UpstreamSettings::default()
+            },
+            default_certificate,
+        };
+        let dp = DataPlane::new(settings, default_cert).context("creating the default certificate")?;
+        let opts = ServerOptions {
+            http2: c.http2,
+            header_read_timeout: Duration::from_secs(c.header_read_timeout.max(1)),
+            max_header_size: c.max_header_size,
+            max_connections: c.max_connections.max(1),
+            ..ServerOptions::default()
+        };
+        let admin_listener = sluice_proxy::listener::bind(c.admin_listen).with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
+        let admin_addr = admin_listener.local_addr()?;
+        let admin = tokio::spawn(sluice_proxy::admin::serve(admin_listener, Arc::clone(&dp)));
+        let mut server = Server::new(Arc::clone(&dp), opts);
+        let mut http_addr = None;
+        if let Some(a) = http {
+            let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --http-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
+            http_addr = Some(l.local_addr()?);
+            server.serve(l, None);
+        }
+        let mut https_addr = None;
+        if let Some(a) = https {
+            let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
+            https_addr = Some(l.local_addr()?);
+            let cfg = sluice_proxy::tls::server_config(dp.cert_store(), &TlsOptions { http2: c.http2, session_resumption: c.tls_session_resumption }).context("TLS configuration")?;
+            server.serve(l, Some(tokio_rustls::TlsAcceptor::from(cfg)));
+        }
+        if http_addr.is_none() && https_addr.is_none() {
+            bail!("both --http-listen and --https-listen are off: nothing to serve");
+        }
+        tracing::info!(http = ?http_addr, https = ?https_addr, admin = %admin_addr, "listening");
+        Ok(Self { dp, http_addr, https_addr, admin_addr, server, admin })
+    }
+
+    /// Drains and stops: readiness false, listeners closed, connections finish within `deadline`.
+    pub async fn shutdown(self, deadline: Duration) -> bool {
+        let done = self.server.shutdown(deadline).await;
+        self.admin.abort();
+        if done {
+            tracing::info!("all connections finished");
+        } else {
+            tracing::warn!(?deadline, "shutdown deadline passed with connections still open");
+        }
+        done
+    }
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

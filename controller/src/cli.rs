@@ -1,0 +1,182 @@
+//! Command-line interface. Every flag can also come from an environment variable
+//! `SLUICE_<FLAG>` (upper case, dashes as underscores), which suits Kubernetes manifests.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// sluice: a Kubernetes Ingress controller whose data plane never reloads.
+///
+/// Routes, upstream endpoints and certificates are swapped in memory, so pods coming and going
+/// never cost a failed request.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, propagate_version = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Modes.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run standalone from Kubernetes YAML files (no cluster needed).
+    ///
+    /// Reads Ingress, IngressClass, Service, EndpointSlice and Secret objects from the given files
+    /// or directories, watches them, and applies every change without a restart. A file that
+    /// fails to parse is reported and its last good objects stay in force.
+    ///
+    /// Example: sluice serve --manifests examples/ --http-listen 127.0.0.1:8080
+    Serve(ServeArgs),
+    /// Run in a Kubernetes cluster (in-cluster config, or KUBECONFIG).
+    Controller(ControllerArgs),
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Balancing policy.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Balance {
+    /// Power of two choices over peak-EWMA latency and in-flight requests.
+    Ewma,
+    /// Round robin.
+    RoundRobin,
+}
+
+/// Flags shared by `serve` and `controller`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Plain-HTTP listen address (default 0.0.0.0:80 for controller, 127.0.0.1:8080 for serve);
+    /// "off" disables it.
+    #[arg(long, env = "SLUICE_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+    /// HTTPS listen address (default 0.0.0.0:443 for controller, 127.0.0.1:8443 for serve);
+    /// "off" disables it.
+    #[arg(long, env = "SLUICE_HTTPS_LISTEN")]
+    pub https_listen: Option<String>,
+    /// Admin listen address: /healthz, /readyz, /metrics, /api/v1/status, /api/v1/upstreams.
+    #[arg(long, env = "SLUICE_ADMIN_LISTEN", default_value = "127.0.0.1:10254")]
+    pub admin_listen: SocketAddr,
+    /// Worker threads (default: available cores).
+    #[arg(long, env = "SLUICE_WORKERS")]
+    pub workers: Option<usize>,
+    /// Log format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "sluice=debug".
+    #[arg(long, env = "SLUICE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// IngressClass `spec.controller` value this instance owns.
+    #[arg(long, env = "SLUICE_CONTROLLER_NAME", default_value = sluice_config::translate::DEFAULT_CONTROLLER_NAME)]
+    pub controller_name: String,
+    /// Class name matched against the legacy `kubernetes.io/ingress.class` annotation.
+    #[arg(long, env = "SLUICE_INGRESS_CLASS", default_value = sluice_config::translate::DEFAULT_INGRESS_CLASS)]
+    pub ingress_class: String,
+    /// Only Ingresses in this namespace.
+    #[arg(long, env = "SLUICE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Secret `NAMESPACE/NAME` whose certificate is served for unknown or missing SNI.
+    #[arg(long, env = "SLUICE_DEFAULT_SSL_CERTIFICATE")]
+    pub default_ssl_certificate: Option<String>,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", default_value_t = 25)]
+    pub shutdown_timeout: u64,
+    /// Most client connections open at once.
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 50_000)]
+    pub max_connections: usize,
+    /// Seconds allowed to receive a request head.
+    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT", default_value_t = 30)]
+    pub header_read_timeout: u64,
+    /// Largest request head in bytes (larger gets 431).
+    #[arg(long, env = "SLUICE_MAX_HEADER_SIZE", default_value_t = 65_536)]
+    pub max_header_size: usize,
+    /// Largest request body in bytes (larger gets 413).
+    #[arg(long, env = "SLUICE_MAX_BODY_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub max_body_size: u64,
+    /// Seconds to wait for an upstream response head (504 after).
+    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT", default_value_t = 60)]
+    pub request_timeout: u64,
+    /// Milliseconds allowed to connect to an upstream endpoint.
+    #[arg(long, env = "SLUICE_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 2000)]
+    pub upstream_connect_timeout_ms: u64,
+    /// Seconds an idle upstream connection is kept.
+    #[arg(long, env = "SLUICE_UPSTREAM_IDLE_TIMEOUT", default_value_t = 60)]
+    pub upstream_idle_timeout: u64,
+    /// Endpoints tried per request when connecting fails.
+    #[arg(long, env = "SLUICE_UPSTREAM_TRIES", default_value_t = 3)]
+    pub upstream_tries: u32,
+    /// PEM CA bundle to verify HTTPS upstreams (verification is off without it).
+    #[arg(long, env = "SLUICE_UPSTREAM_CA_FILE")]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// Balancing policy.
+    #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::Ewma)]
+    pub balance: Balance,
+    /// Serve HTTP/2 (h2 via ALPN, h2c with prior knowledge).
+    #[arg(long, env = "SLUICE_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub http2: bool,
+    /// Redirect HTTP to HTTPS for hosts with TLS unless an Ingress says otherwise.
+    #[arg(long, env = "SLUICE_SSL_REDIRECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ssl_redirect: bool,
+    /// TLS session resumption with tickets.
+    #[arg(long, env = "SLUICE_TLS_SESSION_RESUMPTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub tls_session_resumption: bool,
+}
+
+/// `sluice serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// YAML/JSON files or directories with Kubernetes objects (repeatable).
+    #[arg(long, env = "SLUICE_MANIFESTS", required = true, num_args = 1.., value_delimiter = ',')]
+    pub manifests: Vec<PathBuf>,
+    /// Certificate (PEM) served for unknown or missing SNI instead of the generated one.
+    #[arg(long, env = "SLUICE_DEFAULT_CERT_FILE", requires = "default_key_file")]
+    pub default_cert_file: Option<PathBuf>,
+    /// Private key (PEM) for --default-cert-file.
+    #[arg(long, env = "SLUICE_DEFAULT_KEY_FILE", requires = "default_cert_file")]
+    pub default_key_file: Option<PathBuf>,
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// `sluice controller`.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Address(es) written to Ingress status (comma-separated IPs or host names); default: the
+    /// addresses of the nodes running sluice.
+    #[arg(long, env = "SLUICE_PUBLISH_STATUS_ADDRESS", value_delimiter = ',')]
+    pub publish_status_address: Vec<String>,
+    /// Namespace of the leader-election Lease (default: POD_NAMESPACE, else "default").
+    #[arg(long, env = "SLUICE_ELECTION_NAMESPACE")]
+    pub election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "SLUICE_ELECTION_ID", default_value = "sluice-leader")]
+    pub election_id: String,
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Parses "off" / an address.
+pub fn listen_addr(v: Option<&str>, default: &str) -> Result<Option<SocketAddr>, String> {
+    match v.unwrap_or(default) {
+        "off" | "none" | "" => Ok(None),
+        s => s.parse().map(Some).map_err(|e| format!("{s:?} is not ADDRESS:PORT ({e})")),
+    }
+}
+
+impl CommonArgs {
+    /// The shutdown deadline.
+    pub fn shutdown_deadline(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout)
+    }
+}

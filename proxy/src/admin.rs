@@ -1,0 +1,193 @@
+//! The admin listener: health, readiness, Prometheus metrics and the JSON status/upstreams API
+//! (the read side of the NGINX Plus upstream API).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::dataplane::DataPlane;
+use crate::endpoint::now_nanos;
+
+/// `GET /api/v1/status`.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// sluice version.
+    pub version: &'static str,
+    /// Ready to serve.
+    pub ready: bool,
+    /// Draining for shutdown.
+    pub draining: bool,
+    /// Generation of the applied configuration.
+    pub generation: u64,
+    /// Content hash of the applied snapshot (hex).
+    pub snapshot_hash: String,
+    /// Unix time (ms) of the last apply.
+    pub last_apply_unix_ms: u64,
+    /// Virtual hosts.
+    pub virtual_hosts: usize,
+    /// Routes.
+    pub routes: usize,
+    /// Upstream pools.
+    pub upstreams: usize,
+    /// Endpoints across pools.
+    pub endpoints: usize,
+    /// TLS hosts.
+    pub tls_hosts: usize,
+    /// Problems (translation and certificates), as sentences.
+    pub problems: Vec<String>,
+}
+
+/// One endpoint in `GET /api/v1/upstreams`.
+#[derive(Debug, Serialize)]
+pub struct EndpointStatus {
+    /// Address.
+    pub address: String,
+    /// `up`, `draining` or `ejected`.
+    pub state: &'static str,
+    /// In-flight requests.
+    pub in_flight: u32,
+    /// Requests sent.
+    pub requests: u64,
+    /// Failures.
+    pub failures: u64,
+    /// Peak-EWMA latency estimate in milliseconds.
+    pub ewma_ms: f64,
+}
+
+/// One pool in `GET /api/v1/upstreams`.
+#[derive(Debug, Serialize)]
+pub struct UpstreamStatus {
+    /// `namespace/service:port`.
+    pub name: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Balancing policy.
+    pub balance: String,
+    /// Endpoints.
+    pub endpoints: Vec<EndpointStatus>,
+}
+
+/// Builds the status document.
+pub fn status(dp: &DataPlane) -> Status {
+    let snap = dp.current();
+    let (vh, routes, tls, mut problems) = snap.as_ref().map_or((0, 0, 0, Vec::new()), |s| {
+        (
+            s.virtual_hosts().len(),
+            s.virtual_hosts().iter().map(|v| v.routes.len()).sum(),
+            s.tls().len(),
+            s.problems().iter().map(|p| p.to_string()).collect(),
+        )
+    });
+    problems.extend(dp.tls_problems().into_iter().map(|p| format!("{}: {}", p.secret, p.message)));
+    let clusters = dp.clusters();
+    Status {
+        version: env!("CARGO_PKG_VERSION"),
+        ready: dp.is_ready(),
+        draining: dp.is_draining(),
+        generation: dp.generation(),
+        snapshot_hash: snap.as_ref().map_or_else(String::new, |s| format!("{:016x}", s.hash())),
+        last_apply_unix_ms: dp.last_apply_unix_ms(),
+        virtual_hosts: vh,
+        routes,
+        upstreams: clusters.len(),
+        endpoints: clusters.iter().map(|c| c.endpoints.load().members.len()).sum(),
+        tls_hosts: tls,
+        problems,
+    }
+}
+
+/// Builds the upstreams document.
+pub fn upstreams(dp: &DataPlane) -> Vec<UpstreamStatus> {
+    let now = now_nanos();
+    dp.clusters()
+        .iter()
+        .map(|c| UpstreamStatus {
+            name: c.name.clone(),
+            protocol: format!("{:?}", c.protocol),
+            balance: format!("{:?}", c.balance),
+            endpoints: c
+                .endpoints
+                .load()
+                .members
+                .iter()
+                .map(|m| EndpointStatus {
+                    address: m.endpoint.addr.to_string(),
+                    state: if m.endpoint.is_ejected(now) {
+                        "ejected"
+                    } else if m.state == sluice_config::EndpointState::Draining {
+                        "draining"
+                    } else {
+                        "up"
+                    },
+                    in_flight: m.endpoint.in_flight(),
+                    requests: m.endpoint.requests(),
+                    failures: m.endpoint.failures(),
+                    ewma_ms: m.endpoint.ewma().as_secs_f64() * 1000.0,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn text(status: StatusCode, ct: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ct));
+    r
+}
+
+fn json<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(v) {
+        Ok(b) => text(StatusCode::OK, "application/json", b),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
+    }
+}
+
+/// Answers one admin request.
+pub fn respond(dp: &DataPlane, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n");
+    }
+    match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "text/plain", "ok\n"),
+        "/readyz" if dp.is_ready() => text(StatusCode::OK, "text/plain", "ready\n"),
+        "/readyz" if dp.is_draining() => text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready: waiting for the first configuration\n"),
+        "/metrics" => {
+            dp.refresh_endpoint_gauges();
+            text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", dp.metrics.render())
+        }
+        "/api/v1/status" => json(&status(dp)),
+        "/api/v1/upstreams" => json(&upstreams(dp)),
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found; try /healthz /readyz /metrics /api/v1/status /api/v1/upstreams\n"),
+    }
+}
+
+/// Serves the admin API until the task is dropped.
+pub async fn serve(listener: TcpListener, dp: Arc<DataPlane>) {
+    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let dp = Arc::clone(&dp);
+        let builder = Arc::clone(&builder);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let r = respond(&dp, &req);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}

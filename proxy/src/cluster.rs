@@ -1,0 +1,192 @@
+//! Upstream pools ([`Cluster`]): one per Service port, with an endpoint set that is swapped as a
+//! whole, and endpoint picking (P2C over peak EWMA, or round robin).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arc_swap::ArcSwap;
+use sluice_config::{BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, UpstreamProtocol};
+
+use crate::endpoint::{Endpoint, EndpointSet, Member, now_nanos};
+use crate::metrics::{Metrics, ServiceLabels};
+use crate::pool::{PoolKey, PoolRegistry};
+
+/// Counters of one pool, resolved once.
+#[derive(Debug, Clone)]
+pub struct ClusterStats {
+    /// Connect failures.
+    pub connect_errors: prometheus_client::metrics::counter::Counter,
+    /// Retries.
+    pub retries: prometheus_client::metrics::counter::Counter,
+    /// Ejections.
+    pub ejections: prometheus_client::metrics::counter::Counter,
+}
+
+/// An upstream pool. Kept across snapshots as long as its key, protocol and policy stay; only
+/// its endpoint set is swapped.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Which Service port.
+    pub key: ClusterKey,
+    /// `namespace/service:port`, for labels and error bodies.
+    pub name: String,
+    /// Protocol to the pods.
+    pub protocol: UpstreamProtocol,
+    /// Balancing policy.
+    pub balance: BalancePolicy,
+    /// The current endpoints.
+    pub endpoints: ArcSwap<EndpointSet>,
+    /// Metric handles.
+    pub stats: ClusterStats,
+    rr: AtomicUsize,
+}
+
+/// Small fixed list of endpoints already tried by one request.
+#[derive(Debug, Default)]
+pub struct Tried {
+    addrs: [Option<SocketAddr>; 8],
+    len: usize,
+}
+
+impl Tried {
+    /// Adds an address (ignored past capacity).
+    pub fn push(&mut self, a: SocketAddr) {
+        if self.len < self.addrs.len() {
+            self.addrs[self.len] = Some(a);
+            self.len += 1;
+        }
+    }
+
+    /// Whether `a` was tried.
+    pub fn contains(&self, a: &SocketAddr) -> bool {
+        self.addrs[..self.len].iter().any(|x| x.as_ref() == Some(a))
+    }
+
+    /// How many were tried.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none was tried.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Cluster {
+    /// Creates a pool from its spec.
+    pub fn new(spec: &ClusterSpec, pools: &PoolRegistry, metrics: &Metrics) -> Self {
+        let name = spec.key.to_string();
+        let labels = ServiceLabels { service: name.clone() };
+        let c = Self {
+            key: spec.key.clone(),
+            protocol: spec.protocol,
+            balance: spec.balance,
+            endpoints: ArcSwap::from_pointee(EndpointSet::default()),
+            stats: ClusterStats {
+                connect_errors: metrics.connect_errors.get_or_create_owned(&labels),
+                retries: metrics.retries.get_or_create_owned(&labels),
+                ejections: metrics.ejections.get_or_create_owned(&labels),
+            },
+            name,
+            rr: AtomicUsize::new(fastrand::usize(..)),
+        };
+        c.set_endpoints(&spec.endpoints, pools);
+        c
+    }
+
+    /// Whether this pool can be kept for `spec` (same identity; endpoints may differ).
+    pub fn compatible(&self, spec: &ClusterSpec) -> bool {
+        self.protocol == spec.protocol && self.balance == spec.balance
+    }
+
+    /// Swaps in a new endpoint set when it differs; reuses `Arc<Endpoint>`s by address so their
+    /// state survives. Returns whether anything was swapped.
+    pub fn set_endpoints(&self, specs: &[EndpointSpec], pools: &PoolRegistry) -> bool {
+        let current = self.endpoints.load();
+        if current.same_as(specs) {
+            return false;
+        }
+        let mut old: HashMap<SocketAddr, &Arc<Endpoint>> = current
+            .members
+            .iter()
+            .map(|m| (m.endpoint.addr, &m.endpoint))
+            .collect();
+        let members = specs
+            .iter()
+            .map(|s| Member {
+                endpoint: old.remove(&s.addr).cloned().unwrap_or_else(|| {
+                    let key = PoolKey { addr: s.addr, protocol: self.protocol };
+                    Arc::new(Endpoint::new(s.addr, pools.get(key)))
+                }),
+                state: s.state,
+            })
+            .collect();
+        self.endpoints.store(Arc::new(EndpointSet::new(members)));
+        true
+    }
+
+    /// Picks an endpoint for a request, avoiding the ones it already tried and, while others
+    /// exist, ejected and draining ones. `None` only when the pool has no endpoint at all left
+    /// to try.
+    pub fn pick(&self, set: &EndpointSet, tried: &Tried) -> Option<Arc<Endpoint>> {
+        let now = now_nanos();
+        for list in [&set.ready, &set.draining] {
+            if let Some(e) = self.pick_from(list, tried, now, true) {
+                return Some(e);
+            }
+        }
+        // Everything left is ejected: trying one beats failing the request outright.
+        for list in [&set.ready, &set.draining] {
+            if let Some(e) = self.pick_from(list, tried, now, false) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    fn pick_from(
+        &self,
+        list: &[Arc<Endpoint>],
+        tried: &Tried,
+        now: u64,
+        healthy_only: bool,
+    ) -> Option<Arc<Endpoint>> {
+        let usable = |e: &Arc<Endpoint>| {
+            !tried.contains(&e.addr) && !(healthy_only && e.is_ejected(now))
+        };
+        let n = list.len();
+        if n == 0 {
+            return None;
+        }
+        match self.balance {
+            BalancePolicy::RoundRobin => {
+                let start = self.rr.fetch_add(1, Ordering::Relaxed);
+                (0..n)
+                    .map(|i| &list[(start + i) % n])
+                    .find(|e| usable(e))
+                    .cloned()
+            }
+            BalancePolicy::PeakEwma => {
+                if n == 1 {
+                    return usable(&list[0]).then(|| Arc::clone(&list[0]));
+                }
+                let a = fastrand::usize(..n);
+                let mut b = fastrand::usize(..n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                let (ea, eb) = (&list[a], &list[b]);
+                match (usable(ea), usable(eb)) {
+                    (true, true) => Some(Arc::clone(if ea.cost() <= eb.cost() { ea } else { eb })),
+                    (true, false) => Some(Arc::clone(ea)),
+                    (false, true) => Some(Arc::clone(eb)),
+                    // Both unusable: fall back to a scan from a random start.
+                    (false, false) => (0..n).map(|i| &list[(a + i) % n]).find(|e| usable(e)).cloned(),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The request handler: route → redirect or forward → response, with the standard proxy headers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use sluice_config::UpstreamProtocol;
+use sluice_config::host::{HostBuf, normalize_request_host, strip_port};
+
+use crate::body::{ReqBody, RespBody};
+use crate::dataplane::DataPlane;
+use crate::routes::{Action, Target};
+use crate::upstream::{self, UpstreamError};
+
+/// Facts about the client connection a request arrived on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// Client address.
+    pub remote: SocketAddr,
+    /// Our address.
+    pub local: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+}
+
+static SERVER: HeaderValue = HeaderValue::from_static("sluice");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// A small local response with `Server: sluice`.
+pub fn local(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
+    let mut r = Response::new(RespBody::full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(header::SERVER, SERVER.clone());
+    r
+}
+
+fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so the upgrade can pass.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+        .collect();
+    for n in listed {
+        headers.remove(n);
+    }
+    for n in [&KEEP_ALIVE, &PROXY_CONNECTION, &header::PROXY_AUTHORIZATION, &header::TRAILER, &header::TRANSFER_ENCODING] {
+        headers.remove(n);
+    }
+    // `TE: trailers` must reach HTTP/2 (gRPC) upstreams; other TE values are hop-by-hop.
+    if headers.get(header::TE).is_some_and(|v| v.as_bytes() != b"trailers") {
+        headers.remove(header::TE);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+fn request_id() -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
+    for (i, byte) in a.to_be_bytes().iter().chain(b.to_be_bytes().iter()).enumerate() {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
+    let pq = uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = strip_port(host);
+    let location = if https_port == 443 { format!("https://{host}{pq}") } else { format!("https://{host}:{https_port}{pq}") };
+    let mut r = local(StatusCode::PERMANENT_REDIRECT, Bytes::new());
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+fn error_response(e: &UpstreamError) -> Response<RespBody> {
+    match e {
+        UpstreamError::NoEndpoints(p) => local(StatusCode::SERVICE_UNAVAILABLE, format!("503 Service Unavailable: no endpoints available for {p}\n")),
+        UpstreamError::ConnectFailed { pool, .. } => local(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: could not connect to any endpoint of {pool}\n")),
+        UpstreamError::Broken { .. } => local(StatusCode::BAD_GATEWAY, "502 Bad Gateway: the upstream connection failed\n"),
+    }
+}
+
+/// Handles one request end to end. Loads the route table exactly once.
+pub async fn handle(dp: Arc<DataPlane>, conn: Arc<ConnInfo>, req: Request<Incoming>) -> Response<RespBody> {
+    let started = Instant::now();
+    let table = dp.routes();
+    let raw_host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| req.headers().get(header::HOST).and_then(|v| v.to_str().ok()))
+        .unwrap_or("");
+    let mut buf = HostBuf::default();
+    let host = normalize_request_host(raw_host, &mut buf);
+    let Some(action) = table.lookup(host, req.uri().path()) else {
+        return local(StatusCode::NOT_FOUND, "404 Not Found: no route for this host and path\n");
+    };
+    let mut resp = route(&dp, &conn, action, req).await;
+    if conn.tls
+        && let Some(h) = &action.hsts
+    {
+        resp.headers_mut().insert(header::STRICT_TRANSPORT_SECURITY, h.clone());
+    }
+    action.stats.record(resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<Incoming>) -> Response<RespBody> {
+    if action.ssl_redirect && !conn.tls {
+        let host = req.uri().authority().map(|a| a.as_str().to_string()).or_else(|| req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string)).unwrap_or_default();
+        return redirect(&host, req.uri(), dp.settings.https_port);
+    }
+    let cluster = match &action.target {
+        Target::Unavailable(body) => return local(StatusCode::SERVICE_UNAVAILABLE, body.clone()),
+        Target::Cluster(c) => c,
+    };
+    let s = &dp.settings;
+    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        && len > s.max_body_size
+    {
+        return local(StatusCode::PAYLOAD_TOO_LARGE, format!("413 Payload Too Large: the limit is {} bytes\n", s.max_body_size));
+    }
+    let (mut parts, body) = req.into_parts();
+    let h2_up = cluster.protocol == UpstreamProtocol::H2c;
+    let upgrade = !h2_up && parts.headers.contains_key(header::UPGRADE) && connection_has(&parts.headers, "upgrade");
+    let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+    let authority = parts.uri.authority().map(|a| a.as_str().to_string());
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    let h = &mut parts.headers;
+    if !h.contains_key(header::HOST)
+        && let Some(a) = authority.as_deref().and_then(|a| HeaderValue::from_str(a).ok())
+    {
+        h.insert(header::HOST, a);
+    }
+    let ip = conn.remote.ip().to_string();
+    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(if conn.tls { "https" } else { "http" }));
+    if let Some(host) = h.get(header::HOST).cloned() {
+        h.insert(X_FORWARDED_HOST.clone(), host);
+    }
+    h.insert(X_FORWARDED_PORT.clone(), HeaderValue::from(conn.local.port()));
+    if !h.contains_key(&X_REQUEST_ID) {
+        h.insert(X_REQUEST_ID.clone(), request_id());
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if h2_up {
+        parts.version = Version::HTTP_2;
+        let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+        parts.uri = format!("http://{host}{pq}").parse().unwrap_or_else(|_| Uri::from_static("/"));
+    } else {
+        parts.version = Version::HTTP_11;
+        if parts.uri.authority().is_some() {
+            parts.uri = pq.parse().unwrap_or_else(|_| Uri::from_static("/"));
+        }
+    }
+    let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
+    let delivered = match tokio::time::timeout(s.request_timeout, upstream::send(cluster, up_req, s.upstream_tries)).await {
+        Err(_) => return local(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout: the upstream did not answer in time\n"),
+        Ok(Err(e)) => {
+            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
+            return error_response(&e);
+        }
+        Ok(Ok(d)) => d,
+    };
+    let upstream::Delivered { response, mut completion, .. } = delivered;
+    let (mut rparts, rbody) = response.into_parts();
+    if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // The connection now belongs to the tunnel; it never goes back to the pool.
+        completion.conn = None;
+        let upstream_upgrade = rparts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        if let (Some(client), Some(upstream)) = (client_upgrade, upstream_upgrade) {
+            tokio::spawn(async move {
+                let _in_flight = completion;
+                match tokio::try_join!(client, upstream) {
+                    Ok((c, u)) => {
+                        let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
+                            tracing::debug!(error = %e, "tunnel closed with an error");
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "upgrade failed"),
+                }
+            });
+        }
+        rparts.headers.insert(header::SERVER, SERVER.clone());
+        return Response::from_parts(rparts, RespBody::empty());
+    }
+    strip_hop_by_hop(&mut rparts.headers, false);
+    rparts.headers.insert(header::SERVER, SERVER.clone());
+    rparts.version = Version::HTTP_11;
+    let body = if http_body::Body::is_end_stream(&rbody) {
+        if let Some(c) = completion.conn.take() {
+            c.release();
+        }
+        drop(completion);
+        RespBody::Upstream { inner: rbody, done: None }
+    } else {
+        RespBody::Upstream { inner: rbody, done: Some(completion) }
+    };
+    Response::from_parts(rparts, body)
+}

@@ -1,0 +1,277 @@
+//! Prometheus metrics. Families are registered once and never swapped; per-route handles are
+//! resolved when a route table is compiled, so a request only touches atomics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+
+/// A histogram of durations whose `observe` is lock-free (prometheus-client's own histogram
+/// takes a mutex). Sum is kept in nanoseconds.
+#[derive(Debug, Clone)]
+pub struct AtomicHistogram {
+    inner: Arc<HistInner>,
+}
+
+#[derive(Debug)]
+struct HistInner {
+    bounds: Vec<f64>,
+    counts: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+/// Request-latency buckets (seconds).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Buckets for control-plane work (apply duration, propagation delay), finer at the low end.
+pub const FAST_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.0001, 0.000_25, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 1.0,
+];
+
+impl AtomicHistogram {
+    /// A histogram with these upper bounds (seconds, ascending).
+    pub fn new(bounds: &[f64]) -> Self {
+        Self {
+            inner: Arc::new(HistInner {
+                bounds: bounds.to_vec(),
+                counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+                count: AtomicU64::new(0),
+                sum_nanos: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Records one duration.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = &self.inner;
+        if let Some(b) = i.bounds.iter().position(|&b| secs <= b) {
+            i.counts[b].fetch_add(1, Ordering::Relaxed);
+        }
+        i.count.fetch_add(1, Ordering::Relaxed);
+        i.sum_nanos
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.inner.count.load(Ordering::Relaxed)
+    }
+}
+
+impl TypedMetric for AtomicHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for AtomicHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let i = &self.inner;
+        let mut cumulative = 0u64;
+        let mut buckets: Vec<(f64, u64)> = i
+            .bounds
+            .iter()
+            .zip(&i.counts)
+            .map(|(b, c)| {
+                cumulative += c.load(Ordering::Relaxed);
+                (*b, cumulative)
+            })
+            .collect();
+        let count = i.count.load(Ordering::Relaxed);
+        buckets.push((f64::MAX, count));
+        let sum = i.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Labels of per-route metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// `namespace/name` of the Ingress.
+    pub ingress: String,
+    /// `namespace/service:port`, or empty when the route has no usable backend.
+    pub service: String,
+    /// `2xx`, `3xx`, `4xx`, `5xx` or `1xx`.
+    pub code: &'static str,
+}
+
+/// Labels naming an upstream pool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    /// `namespace/service:port`.
+    pub service: String,
+}
+
+/// Labels of the endpoints-per-state gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// `namespace/service:port`.
+    pub service: String,
+    /// `up`, `draining` or `ejected`.
+    pub state: &'static str,
+}
+
+/// Labels with a result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// e.g. `applied`, `skipped`, `ok`, `error`.
+    pub result: &'static str,
+}
+
+/// Labels of certificate metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabels {
+    /// The TLS host.
+    pub host: String,
+}
+
+/// Labels of the certificate info metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertInfoLabels {
+    /// The TLS host.
+    pub host: String,
+    /// Serial number in hex.
+    pub serial: String,
+}
+
+/// Every metric family sluice exports.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Requests by ingress, service and status class.
+    pub requests: Family<RouteLabels, Counter>,
+    /// Request duration by ingress (from request head to response head).
+    pub request_duration: Family<ServiceLabels, AtomicHistogram, fn() -> AtomicHistogram>,
+    /// Upstream connect failures by pool.
+    pub connect_errors: Family<ServiceLabels, Counter>,
+    /// Retries by pool.
+    pub retries: Family<ServiceLabels, Counter>,
+    /// Passive-health ejections by pool.
+    pub ejections: Family<ServiceLabels, Counter>,
+    /// Endpoints per pool by state (refreshed on scrape).
+    pub endpoints: Family<EndpointLabels, Gauge>,
+    /// Snapshot applies by result (`applied`, `skipped`) and endpoint-only updates (`endpoints`).
+    pub config_applies: Family<ResultLabels, Counter>,
+    /// Time spent applying a snapshot.
+    pub config_apply_duration: AtomicHistogram,
+    /// Problems in the current snapshot.
+    pub config_problems: Gauge,
+    /// Time from an endpoint change being seen to its pool being swapped.
+    pub propagation_delay: AtomicHistogram,
+    /// Client connections open now.
+    pub connections_active: Gauge,
+    /// Client connections accepted.
+    pub connections: Counter,
+    /// TLS handshakes by result.
+    pub tls_handshakes: Family<ResultLabels, Counter>,
+    /// Seconds since the epoch at which each host's certificate expires.
+    pub cert_expiry: Family<CertLabels, Gauge>,
+    /// 1 per host and certificate serial in use.
+    pub cert_info: Family<CertInfoLabels, Gauge>,
+    /// The registry all of the above are registered in.
+    pub registry: Registry,
+}
+
+fn latency_hist() -> AtomicHistogram {
+    AtomicHistogram::new(LATENCY_BUCKETS)
+}
+
+impl Metrics {
+    /// Creates and registers every family under the `sluice_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("sluice");
+        let m = Metrics {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(latency_hist),
+            connect_errors: Family::default(),
+            retries: Family::default(),
+            ejections: Family::default(),
+            endpoints: Family::default(),
+            config_applies: Family::default(),
+            config_apply_duration: AtomicHistogram::new(FAST_BUCKETS),
+            config_problems: Gauge::default(),
+            propagation_delay: AtomicHistogram::new(FAST_BUCKETS),
+            connections_active: Gauge::default(),
+            connections: Counter::default(),
+            tls_handshakes: Family::default(),
+            cert_expiry: Family::default(),
+            cert_info: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("requests", "HTTP requests by ingress, service and status class", m.requests.clone());
+        registry.register("request_duration_seconds", "Time from request head to response head, by upstream service", m.request_duration.clone());
+        registry.register("upstream_connect_errors", "Failed connection attempts to upstream endpoints", m.connect_errors.clone());
+        registry.register("upstream_retries", "Requests retried on another endpoint or connection", m.retries.clone());
+        registry.register("upstream_ejections", "Endpoints ejected by passive health checking", m.ejections.clone());
+        registry.register("upstream_endpoints", "Endpoints per pool by state", m.endpoints.clone());
+        registry.register("config_applies", "Configuration applies by result", m.config_applies.clone());
+        registry.register("config_apply_duration_seconds", "Time spent applying a configuration snapshot", m.config_apply_duration.clone());
+        registry.register("config_problems", "Problems reported for the current configuration", m.config_problems.clone());
+        registry.register("endpoint_propagation_delay_seconds", "Time from an endpoint change being seen to its pool being swapped", m.propagation_delay.clone());
+        registry.register("connections_active", "Client connections currently open", m.connections_active.clone());
+        registry.register("connections", "Client connections accepted", m.connections.clone());
+        registry.register("tls_handshakes", "TLS handshakes by result", m.tls_handshakes.clone());
+        registry.register("tls_certificate_expiry_seconds", "Unix time at which the certificate served for a host expires", m.cert_expiry.clone());
+        registry.register("tls_certificate_info", "Certificate in use per host (value 1), labelled with its serial", m.cert_info.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// Renders the registry in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-route counters resolved at compile time so a request only increments atomics.
+#[derive(Debug, Clone)]
+pub struct RouteStats {
+    by_class: [Counter; 5],
+    duration: AtomicHistogram,
+}
+
+impl RouteStats {
+    /// Resolves the handles for one route.
+    pub fn new(m: &Metrics, ingress: &str, service: &str) -> Self {
+        let get = |code: &'static str| {
+            m.requests.get_or_create_owned(&RouteLabels {
+                ingress: ingress.to_string(),
+                service: service.to_string(),
+                code,
+            })
+        };
+        Self {
+            by_class: [get("1xx"), get("2xx"), get("3xx"), get("4xx"), get("5xx")],
+            duration: m.request_duration.get_or_create_owned(&ServiceLabels {
+                service: service.to_string(),
+            }),
+        }
+    }
+
+    /// Counts one response.
+    pub fn record(&self, status: u16, elapsed: Duration) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.by_class[class].inc();
+        self.duration.observe(elapsed);
+    }
+}

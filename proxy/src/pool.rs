@@ -1,0 +1,269 @@
+//! The upstream connection pool, keyed by connection identity (address + protocol). It is never
+//! rebuilt by a configuration swap: endpoints hold an `Arc<HostPool>` obtained from the
+//! [`PoolRegistry`], and a re-created endpoint for the same address gets the same pool back.
+//!
+//! HTTP/1.1 connections wait in a lock-free queue while idle; HTTP/2 (h2c) shares one
+//! multiplexed connection per address.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use crossbeam_queue::ArrayQueue;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use sluice_config::UpstreamProtocol;
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::body::ReqBody;
+use crate::upstream_tls::UpstreamTls;
+
+/// Identity of a connection: who we talk to and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// Upstream address.
+    pub addr: SocketAddr,
+    /// Protocol (HTTP/1.1, h2c, HTTPS).
+    pub protocol: UpstreamProtocol,
+}
+
+/// Timeouts and limits for upstream connections.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    /// Time allowed for TCP connect (and TLS handshake).
+    pub connect_timeout: Duration,
+    /// Idle connections older than this are not reused.
+    pub idle_timeout: Duration,
+    /// `TCP_USER_TIMEOUT`: unacknowledged data for this long kills the connection, so a pod that
+    /// vanished without a RST is noticed in about this time.
+    pub user_timeout: Duration,
+    /// Idle connections kept per address.
+    pub max_idle_per_host: usize,
+    /// TLS client for HTTPS upstreams.
+    pub tls: UpstreamTls,
+}
+
+impl Default for UpstreamSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(60),
+            user_timeout: Duration::from_secs(2),
+            max_idle_per_host: 512,
+            tls: UpstreamTls::default(),
+        }
+    }
+}
+
+/// Why a new upstream connection could not be made. Every variant happens before any byte of a
+/// request was sent, so the request may be retried on another endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing listens there (or the pod is gone).
+    #[error("connection refused")]
+    Refused,
+    /// No answer within the connect timeout.
+    #[error("connect timed out after {0:?}")]
+    Timeout(Duration),
+    /// Any other socket error.
+    #[error("connect failed: {0}")]
+    Io(#[from] io::Error),
+    /// The TLS handshake with the upstream failed.
+    #[error("TLS handshake with upstream failed: {0}")]
+    Tls(String),
+    /// The HTTP handshake (h2 preface) failed.
+    #[error("HTTP handshake failed: {0}")]
+    Handshake(#[from] hyper::Error),
+}
+
+#[derive(Debug)]
+struct IdleH1 {
+    sender: http1::SendRequest<ReqBody>,
+    since: Instant,
+}
+
+/// Connections to one address with one protocol.
+#[derive(Debug)]
+pub struct HostPool {
+    /// The identity.
+    pub key: PoolKey,
+    settings: Arc<UpstreamSettings>,
+    idle: ArrayQueue<IdleH1>,
+    h2: ArcSwapOption<http2::SendRequest<ReqBody>>,
+}
+
+/// A checked-out HTTP/1 connection; [`PooledH1::release`] puts it back.
+#[derive(Debug)]
+pub struct PooledH1 {
+    /// The request sender.
+    pub sender: http1::SendRequest<ReqBody>,
+    pool: Arc<HostPool>,
+}
+
+impl PooledH1 {
+    /// Returns the connection to the idle queue (dropped when closed or when the queue is full).
+    pub fn release(self) {
+        if !self.sender.is_closed() {
+            let _ = self.pool.idle.push(IdleH1 { sender: self.sender, since: Instant::now() });
+        }
+    }
+}
+
+/// A connection ready to carry one request.
+#[derive(Debug)]
+pub enum Conn {
+    /// HTTP/1.1 (plain or TLS).
+    H1(PooledH1),
+    /// HTTP/2 cleartext.
+    H2(http2::SendRequest<ReqBody>),
+}
+
+/// A connection plus whether it came from the idle pool (a reused connection may have been
+/// closed by the peer in the meantime, which makes a replay safe for idempotent requests).
+#[derive(Debug)]
+pub struct Checkout {
+    /// The connection.
+    pub conn: Conn,
+    /// Taken from the pool rather than freshly connected.
+    pub reused: bool,
+}
+
+/// How long a pooled HTTP/1 connection may take to become ready again before we give up on it.
+const READY_WAIT: Duration = Duration::from_millis(250);
+
+impl HostPool {
+    fn new(key: PoolKey, settings: Arc<UpstreamSettings>) -> Self {
+        Self {
+            key,
+            idle: ArrayQueue::new(settings.max_idle_per_host.max(1)),
+            h2: ArcSwapOption::empty(),
+            settings,
+        }
+    }
+
+    /// Idle HTTP/1 connections right now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Gets a connection: a live idle one when there is one, else a new one.
+    pub async fn checkout(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
+        match self.key.protocol {
+            UpstreamProtocol::H2c => self.checkout_h2().await,
+            UpstreamProtocol::Http1 | UpstreamProtocol::Https => self.checkout_h1().await,
+        }
+    }
+
+    async fn checkout_h1(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
+        while let Some(mut idle) = self.idle.pop() {
+            if idle.sender.is_closed() || idle.since.elapsed() > self.settings.idle_timeout {
+                continue;
+            }
+            if !idle.sender.is_ready() {
+                match tokio::time::timeout(READY_WAIT, idle.sender.ready()).await {
+                    Ok(Ok(())) => {}
+                    _ => continue,
+                }
+            }
+            return Ok(Checkout {
+                conn: Conn::H1(PooledH1 { sender: idle.sender, pool: Arc::clone(self) }),
+                reused: true,
+            });
+        }
+        let stream = self.connect_tcp().await?;
+        let sender = match self.key.protocol {
+            UpstreamProtocol::Https => {
+                let tls = self.settings.tls.connect(self.key.addr, stream, self.settings.connect_timeout).await?;
+                handshake_h1(tls).await?
+            }
+            _ => handshake_h1(stream).await?,
+        };
+        Ok(Checkout { conn: Conn::H1(PooledH1 { sender, pool: Arc::clone(self) }), reused: false })
+    }
+
+    async fn checkout_h2(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
+        if let Some(s) = self.h2.load_full()
+            && !s.is_closed()
+            && s.is_ready()
+        {
+            return Ok(Checkout { conn: Conn::H2((*s).clone()), reused: true });
+        }
+        let stream = self.connect_tcp().await?;
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(20))
+            .handshake(TokioIo::new(stream))
+            .await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream h2 connection ended");
+            }
+        });
+        self.h2.store(Some(Arc::new(sender.clone())));
+        Ok(Checkout { conn: Conn::H2(sender), reused: false })
+    }
+
+    async fn connect_tcp(&self) -> Result<TcpStream, ConnectError> {
+        let addr = self.key.addr;
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_nodelay(true)?;
+        {
+            let s = SockRef::from(&socket);
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            s.set_tcp_user_timeout(Some(self.settings.user_timeout))?;
+            s.set_tcp_keepalive(&TcpKeepalive::new().with_time(Duration::from_secs(30)).with_interval(Duration::from_secs(5)))?;
+        }
+        match tokio::time::timeout(self.settings.connect_timeout, socket.connect(addr)).await {
+            Err(_) => Err(ConnectError::Timeout(self.settings.connect_timeout)),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => Err(ConnectError::Refused),
+            Ok(Err(e)) => Err(ConnectError::Io(e)),
+            Ok(Ok(s)) => Ok(s),
+        }
+    }
+}
+
+async fn handshake_h1<T>(io: T) -> Result<http1::SendRequest<ReqBody>, ConnectError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "upstream connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// Hands out one [`HostPool`] per identity for as long as anybody holds it.
+#[derive(Debug)]
+pub struct PoolRegistry {
+    settings: Arc<UpstreamSettings>,
+    pools: Mutex<HashMap<PoolKey, Weak<HostPool>>>,
+}
+
+impl PoolRegistry {
+    /// A registry with these settings.
+    pub fn new(settings: UpstreamSettings) -> Self {
+        Self { settings: Arc::new(settings), pools: Mutex::new(HashMap::new()) }
+    }
+
+    /// The pool for `key` (control path only: called when an endpoint is created).
+    pub fn get(&self, key: PoolKey) -> Arc<HostPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = pools.get(&key).and_then(Weak::upgrade) {
+            return p;
+        }
+        // Forget identities nobody uses any more.
+        if pools.len() > 64 {
+            pools.retain(|_, w| w.strong_count() > 0);
+        }
+        let p = Arc::new(HostPool::new(key, Arc::clone(&self.settings)));
+        pools.insert(key, Arc::downgrade(&p));
+        p
+    }
+}

@@ -1,0 +1,191 @@
+//! Client-facing listeners: accept, optional TLS, HTTP/1.1 + HTTP/2 through hyper-util's auto
+//! builder, and graceful shutdown (keep-alive connections close after their current request,
+//! HTTP/2 connections get GOAWAY, in-flight requests finish within the deadline).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::dataplane::DataPlane;
+use crate::forward::{ConnInfo, handle};
+use crate::metrics::ResultLabels;
+
+/// Listener options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Serve HTTP/2 (prior knowledge on cleartext, ALPN on TLS).
+    pub http2: bool,
+    /// Time allowed to receive a request head.
+    pub header_read_timeout: Duration,
+    /// Largest request head (bytes); larger heads get 431.
+    pub max_header_size: usize,
+    /// Most client connections open at once.
+    pub max_connections: usize,
+    /// Time allowed for a TLS handshake.
+    pub tls_handshake_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            http2: true,
+            header_read_timeout: Duration::from_secs(30),
+            max_header_size: 64 * 1024,
+            max_connections: 50_000,
+            tls_handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs the accept loops and drains them on shutdown.
+#[derive(Debug)]
+pub struct Server {
+    dp: Arc<DataPlane>,
+    opts: ServerOptions,
+    graceful: Arc<GracefulShutdown>,
+    stop: watch::Sender<bool>,
+    loops: JoinSet<()>,
+    limit: Arc<Semaphore>,
+}
+
+impl Server {
+    /// A server for this data plane.
+    pub fn new(dp: Arc<DataPlane>, opts: ServerOptions) -> Self {
+        let limit = Arc::new(Semaphore::new(opts.max_connections));
+        Self { dp, opts, graceful: Arc::new(GracefulShutdown::new()), stop: watch::channel(false).0, loops: JoinSet::new(), limit }
+    }
+
+    /// Starts serving on a bound listener; `tls` makes it an HTTPS listener.
+    pub fn serve(&mut self, listener: TcpListener, tls: Option<TlsAcceptor>) {
+        let ctx = AcceptCtx {
+            dp: Arc::clone(&self.dp),
+            opts: self.opts.clone(),
+            graceful: Arc::clone(&self.graceful),
+            limit: Arc::clone(&self.limit),
+            tls,
+            builder: Arc::new(builder(&self.opts)),
+        };
+        let stop = self.stop.subscribe();
+        self.loops.spawn(accept_loop(listener, ctx, stop));
+        self.dp.set_listening();
+    }
+
+    /// Stops accepting, asks every connection to finish, and waits up to `deadline` for them.
+    /// Returns whether everything finished in time.
+    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        self.dp.start_draining();
+        let _ = self.stop.send(true);
+        while self.loops.join_next().await.is_some() {}
+        let open = self.graceful.count();
+        tracing::info!(open_connections = open, ?deadline, "draining connections");
+        match Arc::try_unwrap(self.graceful) {
+            Ok(g) => tokio::time::timeout(deadline, g.shutdown()).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AcceptCtx {
+    dp: Arc<DataPlane>,
+    opts: ServerOptions,
+    graceful: Arc<GracefulShutdown>,
+    limit: Arc<Semaphore>,
+    tls: Option<TlsAcceptor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
+fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .max_buf_size(opts.max_header_size.max(8192))
+        .keep_alive(true);
+    b.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX));
+    if opts.http2 { b } else { b.http1_only() }
+}
+
+async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Receiver<bool>) {
+    let local = listener.local_addr().ok();
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = stop.changed() => return,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let (stream, remote) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let info = Arc::new(ConnInfo { remote, local: stream.local_addr().ok().or(local).unwrap_or(remote), tls: ctx.tls.is_some() });
+        let watcher = ctx.graceful.watcher();
+        let conn_ctx = ConnCtx { dp: Arc::clone(&ctx.dp), tls: ctx.tls.clone(), builder: Arc::clone(&ctx.builder), handshake_timeout: ctx.opts.tls_handshake_timeout };
+        tokio::spawn(async move {
+            let ctx = conn_ctx;
+            let _permit = permit;
+            let m = &ctx.dp.metrics;
+            m.connections.inc();
+            m.connections_active.inc();
+            match &ctx.tls {
+                None => serve_conn(stream, info, &ctx, watcher).await,
+                Some(acceptor) => match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        m.tls_handshakes.get_or_create(&ResultLabels { result: "ok" }).inc();
+                        serve_conn(tls, info, &ctx, watcher).await;
+                    }
+                    Ok(Err(e)) => {
+                        m.tls_handshakes.get_or_create(&ResultLabels { result: "error" }).inc();
+                        tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
+                    }
+                    Err(_) => {
+                        m.tls_handshakes.get_or_create(&ResultLabels { result: "timeout" }).inc();
+                    }
+                },
+            }
+            m.connections_active.dec();
+        });
+    }
+}
+
+/// What one connection task needs (no reference to the shutdown coordinator itself).
+struct ConnCtx {
+    dp: Arc<DataPlane>,
+    tls: Option<TlsAcceptor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    handshake_timeout: Duration,
+}
+
+async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let dp = Arc::clone(&ctx.dp);
+    let svc = service_fn(move |req| {
+        let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
+        async move { Ok::<_, Infallible>(handle(dp, info, req).await) }
+    });
+    let conn = ctx.builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "client connection ended with an error");
+    }
+}

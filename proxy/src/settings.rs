@@ -1,0 +1,37 @@
+//! Data-plane settings that do not come from Kubernetes objects.
+
+use std::time::Duration;
+
+use sluice_config::ObjectRef;
+
+use crate::pool::UpstreamSettings;
+
+/// Proxy behaviour knobs (CLI flags map onto these).
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Time from sending a request upstream to receiving its response head (504 after).
+    pub request_timeout: Duration,
+    /// Largest request body forwarded (413 when the declared length is larger).
+    pub max_body_size: u64,
+    /// Endpoints tried per request when connecting fails (at least 1).
+    pub upstream_tries: u32,
+    /// Port used in HTTP → HTTPS redirects (omitted when 443).
+    pub https_port: u16,
+    /// Upstream connection settings.
+    pub upstream: UpstreamSettings,
+    /// Secret whose certificate is the default (unknown or missing SNI).
+    pub default_certificate: Option<ObjectRef>,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(60),
+            max_body_size: 64 * 1024 * 1024,
+            upstream_tries: 3,
+            https_port: 443,
+            upstream: UpstreamSettings::default(),
+            default_certificate: None,
+        }
+    }
+}
