@@ -43,25 +43,72 @@ pub struct Backend {
 }
 
 fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
-    q?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    q?.split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
-async fn answer(cfg: Arc<BackendConfig>, body: Arc<Bytes>, count: Arc<AtomicU64>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// `GET /ws` with `Upgrade`: answers 101 and echoes every byte on the upgraded connection.
+fn upgrade_echo(cfg: &BackendConfig, mut req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let proto = req.headers().get(http::header::UPGRADE).cloned();
+    let on = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        if let Ok(up) = on.await {
+            let (mut r, mut w) = tokio::io::split(TokioIo::new(up));
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        }
+    });
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    r.headers_mut().insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("upgrade"),
+    );
+    if let Some(p) = proto {
+        r.headers_mut().insert(http::header::UPGRADE, p);
+    }
+    if let Ok(v) = HeaderValue::from_str(&cfg.name) {
+        r.headers_mut().insert("x-backend", v);
+    }
+    r
+}
+
+async fn answer(
+    cfg: Arc<BackendConfig>,
+    body: Arc<Bytes>,
+    count: Arc<AtomicU64>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     count.fetch_add(1, Ordering::Relaxed);
+    if req.uri().path() == "/ws" && req.headers().contains_key(http::header::UPGRADE) {
+        return upgrade_echo(&cfg, req);
+    }
     let q = req.uri().query();
     if let Some(ms) = query_param(q, "delay_ms").and_then(|v| v.parse::<u64>().ok()) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let status = query_param(q, "status").and_then(|v| v.parse::<u16>().ok()).and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+    let status = query_param(q, "status")
+        .and_then(|v| v.parse::<u16>().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
     let payload = match query_param(q, "size").and_then(|v| v.parse::<usize>().ok()) {
         Some(n) => Bytes::from(vec![b'x'; n]),
         None if req.uri().path() == "/echo" => {
             // Echo the request head (and body size) as text: used by conformance tests.
-            let mut s = format!("method={}\npath={}\nversion={:?}\n", req.method(), req.uri(), req.version());
+            let mut s = format!(
+                "method={}\npath={}\nversion={:?}\n",
+                req.method(),
+                req.uri(),
+                req.version()
+            );
             for (k, v) in req.headers() {
                 s.push_str(&format!("{}={}\n", k, v.to_str().unwrap_or("?")));
             }
-            let n = req.into_body().collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+            let n = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes().len())
+                .unwrap_or(0);
             s.push_str(&format!("body-bytes={n}\n"));
             Bytes::from(s)
         }
@@ -84,7 +131,9 @@ impl Backend {
 
     /// Starts a backend on a bound listener.
     pub fn from_listener(listener: TcpListener, cfg: BackendConfig) -> Self {
-        let addr = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
         let requests = Arc::new(AtomicU64::new(0));
         let (stop, mut stop_rx) = watch::channel(false);
         let count = Arc::clone(&requests);
@@ -94,7 +143,11 @@ impl Backend {
             let graceful = GracefulShutdown::new();
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).keep_alive(true);
-            let builder = if cfg.http2 { builder } else { builder.http1_only() };
+            let builder = if cfg.http2 {
+                builder
+            } else {
+                builder.http1_only()
+            };
             // Connection tasks live in this set so that aborting the backend cuts them all.
             let mut conns = tokio::task::JoinSet::new();
             loop {
@@ -121,7 +174,12 @@ impl Backend {
             let _ = tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await;
             while conns.join_next().await.is_some() {}
         });
-        Self { addr, requests, stop, task }
+        Self {
+            addr,
+            requests,
+            stop,
+            task,
+        }
     }
 
     /// Graceful stop: listener closed, in-flight requests finish, keep-alive connections close.

@@ -127,19 +127,28 @@ mod tests {
 
     #[test]
     fn parses_values() {
-        assert_eq!(ssl_redirect(&ann("sluice.dev/ssl-redirect", "false")), Ok(Some(false)));
+        assert_eq!(
+            ssl_redirect(&ann("sluice.dev/ssl-redirect", "false")),
+            Ok(Some(false))
+        );
         assert_eq!(
             ssl_redirect(&ann("nginx.ingress.kubernetes.io/ssl-redirect", "TRUE")),
             Ok(Some(true))
         );
         assert!(ssl_redirect(&ann("sluice.dev/ssl-redirect", "maybe")).is_err());
         assert_eq!(
-            backend_protocol(&ann("nginx.ingress.kubernetes.io/backend-protocol", "https")),
+            backend_protocol(&ann(
+                "nginx.ingress.kubernetes.io/backend-protocol",
+                "https"
+            )),
             Ok(Some(UpstreamProtocol::Https))
         );
         assert_eq!(
             hsts(&ann(HSTS, "max-age=600; includeSubDomains")),
-            Ok(Some(Hsts { max_age: 600, include_subdomains: true }))
+            Ok(Some(Hsts {
+                max_age: 600,
+                include_subdomains: true
+            }))
         );
         assert!(hsts(&ann(HSTS, "includeSubDomains")).is_err());
         assert_eq!(hsts(&BTreeMap::new()), Ok(None));

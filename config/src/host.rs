@@ -28,7 +28,9 @@ pub fn strip_port(raw: &str) -> &str {
     match raw.rsplit_once(':') {
         // A second colon means an unbracketed IPv6 address: no port to strip.
         Some((host, port))
-            if !host.contains(':') && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) =>
+            if !host.contains(':')
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit()) =>
         {
             host
         }
@@ -138,9 +140,15 @@ mod tests {
     #[test]
     fn normalizes_without_allocating_when_already_lower() {
         let mut buf = HostBuf::default();
-        assert_eq!(normalize_request_host("Foo.Example.COM:8443", &mut buf), Some("foo.example.com"));
+        assert_eq!(
+            normalize_request_host("Foo.Example.COM:8443", &mut buf),
+            Some("foo.example.com")
+        );
         let mut buf = HostBuf::default();
-        assert_eq!(normalize_request_host("foo.bar.", &mut buf), Some("foo.bar"));
+        assert_eq!(
+            normalize_request_host("foo.bar.", &mut buf),
+            Some("foo.bar")
+        );
         let long = "a".repeat(300);
         let mut buf = HostBuf::default();
         assert_eq!(normalize_request_host(&long, &mut buf), None);
@@ -150,8 +158,14 @@ mod tests {
     #[test]
     fn wildcard_host_table() {
         let rule = parse_rule_host("*.foo.com").unwrap();
-        assert!(host_matches(&rule, "bar.foo.com"), "bar.foo.com matches *.foo.com");
-        assert!(!host_matches(&rule, "baz.bar.foo.com"), "more than one label");
+        assert!(
+            host_matches(&rule, "bar.foo.com"),
+            "bar.foo.com matches *.foo.com"
+        );
+        assert!(
+            !host_matches(&rule, "baz.bar.foo.com"),
+            "more than one label"
+        );
         assert!(!host_matches(&rule, "foo.com"), "no label at all");
         let exact = parse_rule_host("foo.bar.com").unwrap();
         assert!(host_matches(&exact, "foo.bar.com"));
@@ -161,11 +175,26 @@ mod tests {
     #[test]
     fn rule_hosts_are_validated() {
         assert_eq!(parse_rule_host("").unwrap(), HostMatch::Any);
-        assert_eq!(parse_rule_host("Foo.COM").unwrap(), HostMatch::Exact("foo.com".into()));
-        assert!(matches!(parse_rule_host("foo.*.com"), Err(HostError::BadWildcard(_))));
-        assert!(matches!(parse_rule_host("*foo.com"), Err(HostError::BadWildcard(_))));
-        assert!(matches!(parse_rule_host("foo bar.com"), Err(HostError::Invalid(_))));
-        assert!(matches!(parse_rule_host("foo..com"), Err(HostError::Invalid(_))));
+        assert_eq!(
+            parse_rule_host("Foo.COM").unwrap(),
+            HostMatch::Exact("foo.com".into())
+        );
+        assert!(matches!(
+            parse_rule_host("foo.*.com"),
+            Err(HostError::BadWildcard(_))
+        ));
+        assert!(matches!(
+            parse_rule_host("*foo.com"),
+            Err(HostError::BadWildcard(_))
+        ));
+        assert!(matches!(
+            parse_rule_host("foo bar.com"),
+            Err(HostError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_rule_host("foo..com"),
+            Err(HostError::Invalid(_))
+        ));
         assert!(parse_rule_host("*.").is_err());
     }
 }

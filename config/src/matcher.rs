@@ -96,7 +96,10 @@ impl RouteIndex {
                     index.exact.entry(h.clone().into_boxed_str()).or_insert(vi);
                 }
                 HostMatch::Wildcard(s) => {
-                    index.wildcard.entry(s.clone().into_boxed_str()).or_insert(vi);
+                    index
+                        .wildcard
+                        .entry(s.clone().into_boxed_str())
+                        .or_insert(vi);
                 }
                 HostMatch::Any => {
                     index.any.get_or_insert(vi);

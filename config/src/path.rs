@@ -70,7 +70,13 @@ mod tests {
         assert_eq!((p.kind, p.path.as_str()), (PathKind::Prefix, ""));
         let p = parse_path(Some("/foo/"), "Exact").unwrap();
         assert_eq!(p.path, "/foo/");
-        assert!(matches!(parse_path(Some("foo"), "Prefix"), Err(PathError::NotAbsolute(_))));
-        assert!(matches!(parse_path(Some("/"), "Regex"), Err(PathError::UnknownType(_))));
+        assert!(matches!(
+            parse_path(Some("foo"), "Prefix"),
+            Err(PathError::NotAbsolute(_))
+        ));
+        assert!(matches!(
+            parse_path(Some("/"), "Regex"),
+            Err(PathError::UnknownType(_))
+        ));
     }
 }

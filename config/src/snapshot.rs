@@ -5,7 +5,9 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::host::{HostBuf, normalize_request_host};
 use crate::matcher::{RouteIndex, RouteRef};
-use crate::model::{Certificates, ClusterKey, ClusterSpec, Problem, Route, Settings, TlsBinding, VirtualHost};
+use crate::model::{
+    Certificates, ClusterKey, ClusterSpec, Problem, Route, Settings, TlsBinding, VirtualHost,
+};
 
 /// The parts a snapshot is built from (all already sorted and de-duplicated by translation).
 #[derive(Debug, Default, Clone)]

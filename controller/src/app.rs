@@ -27,7 +27,9 @@ pub struct Defaults {
 /// Parses `NAMESPACE/NAME`.
 pub fn parse_object_ref(kind: &'static str, v: &str) -> anyhow::Result<ObjectRef> {
     match v.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(ObjectRef::new(kind, ns, name)),
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(ObjectRef::new(kind, ns, name))
+        }
         _ => bail!("{v:?} is not NAMESPACE/NAME"),
     }
 }
@@ -65,16 +67,31 @@ pub struct Running {
 
 impl Running {
     /// Starts the data plane and binds every listener. Fails clearly on bad flags or ports.
-    pub async fn start(c: &CommonArgs, defaults: Defaults, default_cert: Option<LoadedCert>) -> anyhow::Result<Self> {
+    pub async fn start(
+        c: &CommonArgs,
+        defaults: Defaults,
+        default_cert: Option<LoadedCert>,
+    ) -> anyhow::Result<Self> {
         sluice_proxy::tls::install_default_provider();
-        let http = listen_addr(c.http_listen.as_deref(), defaults.http).map_err(anyhow::Error::msg).context("--http-listen")?;
-        let https = listen_addr(c.https_listen.as_deref(), defaults.https).map_err(anyhow::Error::msg).context("--https-listen")?;
-        let default_certificate = c.default_ssl_certificate.as_deref().map(|v| parse_object_ref("Secret", v)).transpose().context("--default-ssl-certificate")?;
+        let http = listen_addr(c.http_listen.as_deref(), defaults.http)
+            .map_err(anyhow::Error::msg)
+            .context("--http-listen")?;
+        let https = listen_addr(c.https_listen.as_deref(), defaults.https)
+            .map_err(anyhow::Error::msg)
+            .context("--https-listen")?;
+        let default_certificate = c
+            .default_ssl_certificate
+            .as_deref()
+            .map(|v| parse_object_ref("Secret", v))
+            .transpose()
+            .context("--default-ssl-certificate")?;
         let tls_client = match &c.upstream_ca_file {
             None => UpstreamTls::default(),
             Some(p) => {
-                let pem = std::fs::read(p).with_context(|| format!("--upstream-ca-file {}", p.display()))?;
-                UpstreamTls::with_ca(&pem).with_context(|| format!("--upstream-ca-file {}", p.display()))?
+                let pem = std::fs::read(p)
+                    .with_context(|| format!("--upstream-ca-file {}", p.display()))?;
+                UpstreamTls::with_ca(&pem)
+                    .with_context(|| format!("--upstream-ca-file {}", p.display()))?
             }
         };
         let settings = ProxySettings {
@@ -90,7 +107,8 @@ impl Running {
             },
             default_certificate,
         };
-        let dp = DataPlane::new(settings, default_cert).context("creating the default certificate")?;
+        let dp =
+            DataPlane::new(settings, default_cert).context("creating the default certificate")?;
         let opts = ServerOptions {
             http2: c.http2,
             header_read_timeout: Duration::from_secs(c.header_read_timeout.max(1)),
@@ -98,13 +116,18 @@ impl Running {
             max_connections: c.max_connections.max(1),
             ..ServerOptions::default()
         };
-        let admin_listener = sluice_proxy::listener::bind(c.admin_listen).with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
+        let admin_listener = sluice_proxy::listener::bind(c.admin_listen)
+            .with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
         let admin_addr = admin_listener.local_addr()?;
         let admin = tokio::spawn(sluice_proxy::admin::serve(admin_listener, Arc::clone(&dp)));
         let mut server = Server::new(Arc::clone(&dp), opts);
         let mut http_addr = None;
         if let Some(a) = http {
-            let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --http-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
+            let l = sluice_proxy::listener::bind(a).with_context(|| {
+                format!(
+                    "binding --http-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
+                )
+            })?;
             http_addr = Some(l.local_addr()?);
             server.serve(l, None);
         }
@@ -112,14 +135,28 @@ impl Running {
         if let Some(a) = https {
             let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
             https_addr = Some(l.local_addr()?);
-            let cfg = sluice_proxy::tls::server_config(dp.cert_store(), &TlsOptions { http2: c.http2, session_resumption: c.tls_session_resumption }).context("TLS configuration")?;
+            let cfg = sluice_proxy::tls::server_config(
+                dp.cert_store(),
+                &TlsOptions {
+                    http2: c.http2,
+                    session_resumption: c.tls_session_resumption,
+                },
+            )
+            .context("TLS configuration")?;
             server.serve(l, Some(tokio_rustls::TlsAcceptor::from(cfg)));
         }
         if http_addr.is_none() && https_addr.is_none() {
             bail!("both --http-listen and --https-listen are off: nothing to serve");
         }
         tracing::info!(http = ?http_addr, https = ?https_addr, admin = %admin_addr, "listening");
-        Ok(Self { dp, http_addr, https_addr, admin_addr, server, admin })
+        Ok(Self {
+            dp,
+            http_addr,
+            https_addr,
+            admin_addr,
+            server,
+            admin,
+        })
     }
 
     /// Drains and stops: readiness false, listeners closed, connections finish within `deadline`.
@@ -129,7 +166,10 @@ impl Running {
         if done {
             tracing::info!("all connections finished");
         } else {
-            tracing::warn!(?deadline, "shutdown deadline passed with connections still open");
+            tracing::warn!(
+                ?deadline,
+                "shutdown deadline passed with connections still open"
+            );
         }
         done
     }

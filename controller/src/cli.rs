@@ -106,7 +106,11 @@ pub struct CommonArgs {
     #[arg(long, env = "SLUICE_REQUEST_TIMEOUT", default_value_t = 60)]
     pub request_timeout: u64,
     /// Milliseconds allowed to connect to an upstream endpoint.
-    #[arg(long, env = "SLUICE_UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 2000)]
+    #[arg(
+        long,
+        env = "SLUICE_UPSTREAM_CONNECT_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
     pub upstream_connect_timeout_ms: u64,
     /// Seconds an idle upstream connection is kept.
     #[arg(long, env = "SLUICE_UPSTREAM_IDLE_TIMEOUT", default_value_t = 60)]
@@ -170,7 +174,10 @@ pub struct ControllerArgs {
 pub fn listen_addr(v: Option<&str>, default: &str) -> Result<Option<SocketAddr>, String> {
     match v.unwrap_or(default) {
         "off" | "none" | "" => Ok(None),
-        s => s.parse().map(Some).map_err(|e| format!("{s:?} is not ADDRESS:PORT ({e})")),
+        s => s
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("{s:?} is not ADDRESS:PORT ({e})")),
     }
 }
 

@@ -4,7 +4,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod controller;
 pub mod logging;
 pub mod manifests;
 pub mod serve;
-pub mod controller;

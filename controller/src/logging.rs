@@ -10,7 +10,9 @@ pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(v)?,
         _ => EnvFilter::try_new(level)?,
     };
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let r = match format {
         LogFormat::Text => b.try_init(),
         LogFormat::Json => b.json().flatten_event(true).try_init(),

@@ -15,8 +15,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sluice_config::World;
 
-/// One object sluice reads.
+/// One object sluice reads. (Variants differ in size; a list of them is short-lived.)
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Object {
     /// networking.k8s.io/v1 Ingress.
     Ingress(Ingress),
@@ -47,7 +48,10 @@ pub struct DocError {
 fn typed<T: DeserializeOwned>(v: Value) -> Result<T, (String, String)> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
-        (if path == "." { "-".to_string() } else { path }, e.into_inner().to_string())
+        (
+            if path == "." { "-".to_string() } else { path },
+            e.into_inner().to_string(),
+        )
     })
 }
 
@@ -63,11 +67,27 @@ fn meta_mut(o: &mut Object) -> &mut ObjectMeta {
 
 /// Converts one document; `Ok(None)` for kinds sluice does not read.
 fn object(v: Value) -> Result<Vec<Object>, (String, String)> {
-    let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-    let api = v.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind = v
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let api = v
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let mut o = match (api.as_str(), kind.as_str()) {
-        (_, "List") | (_, "IngressList") | (_, "ServiceList") | (_, "EndpointSliceList") | (_, "SecretList") => {
-            let items = v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+        (_, "List")
+        | (_, "IngressList")
+        | (_, "ServiceList")
+        | (_, "EndpointSliceList")
+        | (_, "SecretList") => {
+            let items = v
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             let mut out = Vec::new();
             for (i, item) in items.into_iter().enumerate() {
                 out.extend(object(item).map_err(|(f, m)| (format!("items[{i}].{f}"), m))?);
@@ -80,9 +100,19 @@ fn object(v: Value) -> Result<Vec<Object>, (String, String)> {
         ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(typed(v)?),
         ("v1", "Secret") => Object::Secret(typed(v)?),
         (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret") => {
-            return Err(("apiVersion".into(), format!("{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret)")));
+            return Err((
+                "apiVersion".into(),
+                format!(
+                    "{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret)"
+                ),
+            ));
         }
-        ("", _) | (_, "") => return Err(("-".into(), "not a Kubernetes object (apiVersion and kind are required)".into())),
+        ("", _) | (_, "") => {
+            return Err((
+                "-".into(),
+                "not a Kubernetes object (apiVersion and kind are required)".into(),
+            ));
+        }
         _ => {
             tracing::debug!(%api, %kind, "skipping a kind sluice does not read");
             return Ok(Vec::new());
@@ -103,10 +133,16 @@ fn object(v: Value) -> Result<Vec<Object>, (String, String)> {
 /// Parses every document of a file. Any bad document fails the whole file, so a half-edited file
 /// never replaces its last good version.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Object>, DocError> {
-    let err = |doc: usize, field: String, message: String| DocError { path: path.display().to_string(), doc, field, message };
+    let err = |doc: usize, field: String, message: String| DocError {
+        path: path.display().to_string(),
+        doc,
+        field,
+        message,
+    };
     let mut out = Vec::new();
     for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let v = Value::deserialize(doc).map_err(|e| err(i + 1, "-".into(), format!("YAML: {e}")))?;
+        let v =
+            Value::deserialize(doc).map_err(|e| err(i + 1, "-".into(), format!("YAML: {e}")))?;
         if v.is_null() {
             continue;
         }
@@ -116,7 +152,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Object>, DocError> {
 }
 
 fn is_manifest(p: &Path) -> bool {
-    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
 }
 
 /// Files under the given paths (directories searched recursively, hidden entries skipped).
@@ -124,7 +163,10 @@ pub fn discover(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();
-            if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+            {
                 continue;
             }
             if p.is_dir() {
@@ -189,7 +231,12 @@ impl ManifestSet {
             let text = match std::fs::read_to_string(&f) {
                 Ok(t) => t,
                 Err(e) => {
-                    r.errors.push(DocError { path: f.display().to_string(), doc: 0, field: "-".into(), message: format!("cannot read: {e}") });
+                    r.errors.push(DocError {
+                        path: f.display().to_string(),
+                        doc: 0,
+                        field: "-".into(),
+                        message: format!("cannot read: {e}"),
+                    });
                     continue;
                 }
             };
@@ -202,7 +249,13 @@ impl ManifestSet {
             match parse(&f, &text) {
                 Ok(objects) => {
                     r.parsed += 1;
-                    self.files.insert(f, FileState { content_hash: hash, objects });
+                    self.files.insert(
+                        f,
+                        FileState {
+                            content_hash: hash,
+                            objects,
+                        },
+                    );
                 }
                 Err(e) => r.errors.push(e),
             }
@@ -243,20 +296,34 @@ mod tests {
         let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n---\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n";
         let objs = parse(Path::new("f.yaml"), text).unwrap();
         assert_eq!(objs.len(), 1);
-        let Object::Service(s) = &objs[0] else { panic!("not a service") };
+        let Object::Service(s) = &objs[0] else {
+            panic!("not a service")
+        };
         assert_eq!(s.metadata.namespace.as_deref(), Some("default"));
 
         let bad = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: b}\nspec: {ports: [{port: eighty}]}\n";
         let e = parse(Path::new("f.yaml"), bad).unwrap_err();
         assert_eq!(e.doc, 2);
         assert_eq!(e.field, "spec.ports[0].port");
-        assert!(e.to_string().starts_with("f.yaml: document 2: spec.ports[0].port:"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("f.yaml: document 2: spec.ports[0].port:"),
+            "{e}"
+        );
 
         let syntax = parse(Path::new("f.yaml"), "kind: [unclosed").unwrap_err();
         assert!(syntax.message.starts_with("YAML:"), "{syntax}");
-        let noname = parse(Path::new("f.yaml"), "apiVersion: v1\nkind: Secret\nmetadata: {}\n").unwrap_err();
+        let noname = parse(
+            Path::new("f.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {}\n",
+        )
+        .unwrap_err();
         assert_eq!(noname.field, "metadata.name");
-        let oldapi = parse(Path::new("f.yaml"), "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata: {name: x}\n").unwrap_err();
+        let oldapi = parse(
+            Path::new("f.yaml"),
+            "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata: {name: x}\n",
+        )
+        .unwrap_err();
         assert_eq!(oldapi.field, "apiVersion");
     }
 }

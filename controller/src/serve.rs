@@ -18,7 +18,10 @@ use crate::cli::ServeArgs;
 use crate::manifests::ManifestSet;
 
 /// Default addresses for standalone mode (unprivileged ports on loopback).
-pub const DEFAULTS: Defaults = Defaults { http: "127.0.0.1:8080", https: "127.0.0.1:8443" };
+pub const DEFAULTS: Defaults = Defaults {
+    http: "127.0.0.1:8080",
+    https: "127.0.0.1:8443",
+};
 
 /// Quiet time that ends a burst of file events.
 const QUIET: Duration = Duration::from_millis(15);
@@ -38,12 +41,21 @@ pub struct FileProvider {
 impl FileProvider {
     /// A provider for these paths.
     pub fn new(paths: Vec<PathBuf>, opts: TranslateOptions, dp: Arc<DataPlane>) -> Self {
-        Self { paths, set: ManifestSet::new(), opts, dp, reported: BTreeSet::new() }
+        Self {
+            paths,
+            set: ManifestSet::new(),
+            opts,
+            dp,
+            reported: BTreeSet::new(),
+        }
     }
 
     /// Re-reads the files and applies the result. File errors keep the file's last good objects.
     pub fn reload(&mut self) -> anyhow::Result<ApplyOutcome> {
-        let r = self.set.reload(&self.paths).context("reading --manifests")?;
+        let r = self
+            .set
+            .reload(&self.paths)
+            .context("reading --manifests")?;
         for e in &r.errors {
             tracing::error!(file = %e.path, document = e.doc, field = %e.field, problem = %e.message, "manifest rejected; keeping its last good objects");
         }
@@ -54,15 +66,29 @@ impl FileProvider {
         }
         self.reported = now;
         let outcome = self.dp.apply(snapshot);
-        if let ApplyOutcome::Applied { generation, clusters_created, clusters_removed, endpoint_swaps } = &outcome {
-            tracing::info!(generation, clusters_created, clusters_removed, endpoint_swaps, "configuration applied");
+        if let ApplyOutcome::Applied {
+            generation,
+            clusters_created,
+            clusters_removed,
+            endpoint_swaps,
+        } = &outcome
+        {
+            tracing::info!(
+                generation,
+                clusters_created,
+                clusters_removed,
+                endpoint_swaps,
+                "configuration applied"
+            );
         }
         Ok(outcome)
     }
 }
 
 fn relevant(event_path: &Path, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| event_path == r || event_path.starts_with(r))
+    roots
+        .iter()
+        .any(|r| event_path == r || event_path.starts_with(r))
 }
 
 /// A running standalone instance.
@@ -78,15 +104,28 @@ pub struct Serving {
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
     let default_cert = match (&args.default_cert_file, &args.default_key_file) {
         (Some(c), Some(k)) => {
-            let cert = std::fs::read(c).with_context(|| format!("--default-cert-file {}", c.display()))?;
-            let key = std::fs::read(k).with_context(|| format!("--default-key-file {}", k.display()))?;
-            Some(sluice_proxy::tls::load_pem(&cert, &key).context("--default-cert-file/--default-key-file")?)
+            let cert =
+                std::fs::read(c).with_context(|| format!("--default-cert-file {}", c.display()))?;
+            let key =
+                std::fs::read(k).with_context(|| format!("--default-key-file {}", k.display()))?;
+            Some(
+                sluice_proxy::tls::load_pem(&cert, &key)
+                    .context("--default-cert-file/--default-key-file")?,
+            )
         }
         _ => None,
     };
     let running = Running::start(&args.common, DEFAULTS, default_cert).await?;
-    let roots: Vec<PathBuf> = args.manifests.iter().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())).collect();
-    let mut provider = FileProvider::new(roots.clone(), translate_options(&args.common), Arc::clone(&running.dp));
+    let roots: Vec<PathBuf> = args
+        .manifests
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let mut provider = FileProvider::new(
+        roots.clone(),
+        translate_options(&args.common),
+        Arc::clone(&running.dp),
+    );
     provider.reload()?;
 
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
@@ -102,8 +141,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
     .context("starting the file watcher")?;
     for r in &roots {
         // Watch a file's directory too, so editors that replace the file are seen.
-        let (target, mode) = if r.is_dir() { (r.as_path(), RecursiveMode::Recursive) } else { (r.parent().unwrap_or(r), RecursiveMode::NonRecursive) };
-        watcher.watch(target, mode).with_context(|| format!("watching {}", target.display()))?;
+        let (target, mode) = if r.is_dir() {
+            (r.as_path(), RecursiveMode::Recursive)
+        } else {
+            (r.parent().unwrap_or(r), RecursiveMode::NonRecursive)
+        };
+        watcher
+            .watch(target, mode)
+            .with_context(|| format!("watching {}", target.display()))?;
     }
     let watch_task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
@@ -120,11 +165,17 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
             match provider.reload() {
                 Ok(ApplyOutcome::Applied { .. }) => provider.dp.record_propagation(seen),
                 Ok(ApplyOutcome::Unchanged) => {}
-                Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the current configuration"),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the current configuration")
+                }
             }
         }
     });
-    Ok(Serving { running, watch_task, _watcher: watcher })
+    Ok(Serving {
+        running,
+        watch_task,
+        _watcher: watcher,
+    })
 }
 
 impl Serving {

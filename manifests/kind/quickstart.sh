@@ -125,6 +125,9 @@ kind: Ingress
 metadata:
   name: echo
   namespace: echo
+  annotations:
+    # Serve plain HTTP too (sluice redirects HTTP to HTTPS for TLS hosts by default).
+    sluice.dev/ssl-redirect: "false"
 spec:
   ingressClassName: sluice
   tls:

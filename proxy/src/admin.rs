@@ -4,9 +4,9 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -87,19 +87,28 @@ pub fn status(dp: &DataPlane) -> Status {
             s.problems().iter().map(|p| p.to_string()).collect(),
         )
     });
-    problems.extend(dp.tls_problems().into_iter().map(|p| format!("{}: {}", p.secret, p.message)));
+    problems.extend(
+        dp.tls_problems()
+            .into_iter()
+            .map(|p| format!("{}: {}", p.secret, p.message)),
+    );
     let clusters = dp.clusters();
     Status {
         version: env!("CARGO_PKG_VERSION"),
         ready: dp.is_ready(),
         draining: dp.is_draining(),
         generation: dp.generation(),
-        snapshot_hash: snap.as_ref().map_or_else(String::new, |s| format!("{:016x}", s.hash())),
+        snapshot_hash: snap
+            .as_ref()
+            .map_or_else(String::new, |s| format!("{:016x}", s.hash())),
         last_apply_unix_ms: dp.last_apply_unix_ms(),
         virtual_hosts: vh,
         routes,
         upstreams: clusters.len(),
-        endpoints: clusters.iter().map(|c| c.endpoints.load().members.len()).sum(),
+        endpoints: clusters
+            .iter()
+            .map(|c| c.endpoints.load().members.len())
+            .sum(),
         tls_hosts: tls,
         problems,
     }
@@ -141,14 +150,19 @@ pub fn upstreams(dp: &DataPlane) -> Vec<UpstreamStatus> {
 fn text(status: StatusCode, ct: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ct));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ct));
     r
 }
 
 fn json<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
     match serde_json::to_vec_pretty(v) {
         Ok(b) => text(StatusCode::OK, "application/json", b),
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            e.to_string(),
+        ),
     }
 }
 
@@ -160,15 +174,29 @@ pub fn respond(dp: &DataPlane, req: &Request<Incoming>) -> Response<Full<Bytes>>
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" if dp.is_ready() => text(StatusCode::OK, "text/plain", "ready\n"),
-        "/readyz" if dp.is_draining() => text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready: waiting for the first configuration\n"),
+        "/readyz" if dp.is_draining() => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
+        }
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready: waiting for the first configuration\n",
+        ),
         "/metrics" => {
             dp.refresh_endpoint_gauges();
-            text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", dp.metrics.render())
+            text(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                dp.metrics.render(),
+            )
         }
         "/api/v1/status" => json(&status(dp)),
         "/api/v1/upstreams" => json(&upstreams(dp)),
-        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found; try /healthz /readyz /metrics /api/v1/status /api/v1/upstreams\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /healthz /readyz /metrics /api/v1/status /api/v1/upstreams\n",
+        ),
     }
 }
 

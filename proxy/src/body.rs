@@ -34,12 +34,20 @@ pub struct ReqBody {
 impl ReqBody {
     /// Wraps a client body with a size limit.
     pub fn new(inner: Incoming, limit: u64) -> Self {
-        Self { inner: Some(inner), limit, seen: 0 }
+        Self {
+            inner: Some(inner),
+            limit,
+            seen: 0,
+        }
     }
 
     /// An empty body (used to replay a body-less request).
     pub fn empty() -> Self {
-        Self { inner: None, limit: 0, seen: 0 }
+        Self {
+            inner: None,
+            limit: 0,
+            seen: 0,
+        }
     }
 }
 
@@ -47,7 +55,10 @@ impl Body for ReqBody {
     type Data = Bytes;
     type Error = BodyError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
@@ -74,7 +85,9 @@ impl Body for ReqBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
 
@@ -126,7 +139,10 @@ impl Body for RespBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RespBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             RespBody::Upstream { inner, done } => {

@@ -79,7 +79,9 @@ impl Cluster {
     /// Creates a pool from its spec.
     pub fn new(spec: &ClusterSpec, pools: &PoolRegistry, metrics: &Metrics) -> Self {
         let name = spec.key.to_string();
-        let labels = ServiceLabels { service: name.clone() };
+        let labels = ServiceLabels {
+            service: name.clone(),
+        };
         let c = Self {
             key: spec.key.clone(),
             protocol: spec.protocol,
@@ -118,7 +120,10 @@ impl Cluster {
             .iter()
             .map(|s| Member {
                 endpoint: old.remove(&s.addr).cloned().unwrap_or_else(|| {
-                    let key = PoolKey { addr: s.addr, protocol: self.protocol };
+                    let key = PoolKey {
+                        addr: s.addr,
+                        protocol: self.protocol,
+                    };
                     Arc::new(Endpoint::new(s.addr, pools.get(key)))
                 }),
                 state: s.state,
@@ -154,9 +159,8 @@ impl Cluster {
         now: u64,
         healthy_only: bool,
     ) -> Option<Arc<Endpoint>> {
-        let usable = |e: &Arc<Endpoint>| {
-            !tried.contains(&e.addr) && !(healthy_only && e.is_ejected(now))
-        };
+        let usable =
+            |e: &Arc<Endpoint>| !(tried.contains(&e.addr) || (healthy_only && e.is_ejected(now)));
         let n = list.len();
         if n == 0 {
             return None;
@@ -184,7 +188,10 @@ impl Cluster {
                     (true, false) => Some(Arc::clone(ea)),
                     (false, true) => Some(Arc::clone(eb)),
                     // Both unusable: fall back to a scan from a random start.
-                    (false, false) => (0..n).map(|i| &list[(a + i) % n]).find(|e| usable(e)).cloned(),
+                    (false, false) => (0..n)
+                        .map(|i| &list[(a + i) % n])
+                        .find(|e| usable(e))
+                        .cloned(),
                 }
             }
         }

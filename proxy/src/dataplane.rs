@@ -65,13 +65,18 @@ pub struct DataPlane {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl DataPlane {
     /// A data plane with no configuration yet (every request is 404, `/readyz` is 503).
     /// `default_cert` is the fallback default certificate (generated when `None`).
-    pub fn new(settings: ProxySettings, default_cert: Option<LoadedCert>) -> Result<Arc<Self>, CertError> {
+    pub fn new(
+        settings: ProxySettings,
+        default_cert: Option<LoadedCert>,
+    ) -> Result<Arc<Self>, CertError> {
         let default_cert = match default_cert {
             Some(c) => c,
             None => crate::tls::self_signed_default()?,
@@ -79,7 +84,13 @@ impl DataPlane {
         Ok(Arc::new(Self {
             routes: ArcSwap::from_pointee(RouteTable::empty()),
             certs: Arc::new(ArcSwap::from_pointee(CertStore::new(default_cert.clone()))),
-            control: Mutex::new(Control { clusters: HashMap::new(), current: None, tls: TlsState::new(default_cert), tls_problems: Vec::new(), diverged: false }),
+            control: Mutex::new(Control {
+                clusters: HashMap::new(),
+                current: None,
+                tls: TlsState::new(default_cert),
+                tls_problems: Vec::new(),
+                diverged: false,
+            }),
             pools: PoolRegistry::new(settings.upstream.clone()),
             metrics: Metrics::new(),
             settings,
@@ -111,12 +122,16 @@ impl DataPlane {
         let started = Instant::now();
         let mut control = self.control();
         if !control.diverged && control.current.as_deref() == Some(&snapshot) {
-            self.metrics.config_applies.get_or_create(&ResultLabels { result: "skipped" }).inc();
+            self.metrics
+                .config_applies
+                .get_or_create(&ResultLabels { result: "skipped" })
+                .inc();
             return ApplyOutcome::Unchanged;
         }
         let snapshot = Arc::new(snapshot);
         let (mut created, mut swaps) = (0, 0);
-        let mut next: HashMap<ClusterKey, Arc<Cluster>> = HashMap::with_capacity(snapshot.clusters().len());
+        let mut next: HashMap<ClusterKey, Arc<Cluster>> =
+            HashMap::with_capacity(snapshot.clusters().len());
         for (key, spec) in snapshot.clusters() {
             match control.clusters.get(key) {
                 Some(c) if c.compatible(spec) => {
@@ -127,12 +142,21 @@ impl DataPlane {
                 }
                 _ => {
                     created += 1;
-                    next.insert(key.clone(), Arc::new(Cluster::new(spec, &self.pools, &self.metrics)));
+                    next.insert(
+                        key.clone(),
+                        Arc::new(Cluster::new(spec, &self.pools, &self.metrics)),
+                    );
                 }
             }
         }
-        let removed = control.clusters.keys().filter(|k| !next.contains_key(*k)).count();
-        let (store, tls_problems) = control.tls.build(&snapshot, self.settings.default_certificate.as_ref());
+        let removed = control
+            .clusters
+            .keys()
+            .filter(|k| !next.contains_key(*k))
+            .count();
+        let (store, tls_problems) = control
+            .tls
+            .build(&snapshot, self.settings.default_certificate.as_ref());
         for p in &tls_problems {
             tracing::warn!(secret = %p.secret, problem = %p.message, "certificate not loaded; keeping the last good one");
         }
@@ -141,7 +165,9 @@ impl DataPlane {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let table = RouteTable::compile(Arc::clone(&snapshot), &next, &self.metrics, generation);
         self.routes.store(Arc::new(table));
-        self.metrics.config_problems.set((snapshot.problems().len() + tls_problems.len()) as i64);
+        self.metrics
+            .config_problems
+            .set((snapshot.problems().len() + tls_problems.len()) as i64);
         control.clusters = next;
         control.current = Some(snapshot);
         control.tls_problems = tls_problems;
@@ -149,17 +175,34 @@ impl DataPlane {
         drop(control);
         self.applied_once.store(true, Ordering::Release);
         self.last_apply_unix_ms.store(unix_ms(), Ordering::Relaxed);
-        self.metrics.config_applies.get_or_create(&ResultLabels { result: "applied" }).inc();
-        self.metrics.config_apply_duration.observe(started.elapsed());
-        ApplyOutcome::Applied { generation, clusters_created: created, clusters_removed: removed, endpoint_swaps: swaps }
+        self.metrics
+            .config_applies
+            .get_or_create(&ResultLabels { result: "applied" })
+            .inc();
+        self.metrics
+            .config_apply_duration
+            .observe(started.elapsed());
+        ApplyOutcome::Applied {
+            generation,
+            clusters_created: created,
+            clusters_removed: removed,
+            endpoint_swaps: swaps,
+        }
     }
 
     /// The endpoints-only fast path: swaps one pool's endpoint set without touching routes.
     /// `seen_at` is when the change was first observed (for the propagation-delay histogram).
     /// Returns `false` when the pool does not exist (a full apply is needed).
-    pub fn update_endpoints(&self, key: &ClusterKey, endpoints: &[EndpointSpec], seen_at: Option<Instant>) -> bool {
+    pub fn update_endpoints(
+        &self,
+        key: &ClusterKey,
+        endpoints: &[EndpointSpec],
+        seen_at: Option<Instant>,
+    ) -> bool {
         let mut control = self.control();
-        let Some(cluster) = control.clusters.get(key).cloned() else { return false };
+        let Some(cluster) = control.clusters.get(key).cloned() else {
+            return false;
+        };
         if cluster.set_endpoints(endpoints, &self.pools) {
             control.diverged = true;
         }
@@ -167,7 +210,12 @@ impl DataPlane {
         if let Some(t) = seen_at {
             self.metrics.propagation_delay.observe(t.elapsed());
         }
-        self.metrics.config_applies.get_or_create(&ResultLabels { result: "endpoints" }).inc();
+        self.metrics
+            .config_applies
+            .get_or_create(&ResultLabels {
+                result: "endpoints",
+            })
+            .inc();
         true
     }
 
@@ -180,8 +228,17 @@ impl DataPlane {
         self.metrics.cert_expiry.clear();
         self.metrics.cert_info.clear();
         for (host, cert) in store.hosts() {
-            self.metrics.cert_expiry.get_or_create(&CertLabels { host: host.clone() }).set(cert.not_after);
-            self.metrics.cert_info.get_or_create(&CertInfoLabels { host, serial: cert.serial.clone() }).set(1);
+            self.metrics
+                .cert_expiry
+                .get_or_create(&CertLabels { host: host.clone() })
+                .set(cert.not_after);
+            self.metrics
+                .cert_info
+                .get_or_create(&CertInfoLabels {
+                    host,
+                    serial: cert.serial.clone(),
+                })
+                .set(1);
         }
     }
 
@@ -203,7 +260,13 @@ impl DataPlane {
                 }
             }
             for (state, n) in [("up", up), ("draining", draining), ("ejected", ejected)] {
-                self.metrics.endpoints.get_or_create(&EndpointLabels { service: c.name.clone(), state }).set(n);
+                self.metrics
+                    .endpoints
+                    .get_or_create(&EndpointLabels {
+                        service: c.name.clone(),
+                        state,
+                    })
+                    .set(n);
             }
         }
     }
@@ -242,7 +305,9 @@ impl DataPlane {
 
     /// Ready = a snapshot was applied, listeners are bound, and not draining.
     pub fn is_ready(&self) -> bool {
-        self.applied_once.load(Ordering::Acquire) && self.listening.load(Ordering::Acquire) && !self.is_draining()
+        self.applied_once.load(Ordering::Acquire)
+            && self.listening.load(Ordering::Acquire)
+            && !self.is_draining()
     }
 
     /// Generation of the applied configuration.

@@ -124,7 +124,10 @@ impl Endpoint {
     /// failures. Returns the ejection length.
     pub fn fail_and_eject(&self) -> Duration {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        let n = self.consecutive_failures.fetch_add(1, Ordering::Relaxed).min(7);
+        let n = self
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            .min(7);
         let d = (BASE_EJECTION * 2u32.pow(n)).min(MAX_EJECTION);
         let until = now_nanos().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         self.ejected_until.fetch_max(until, Ordering::Relaxed);

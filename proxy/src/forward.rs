@@ -41,7 +41,10 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 pub fn local(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     let mut r = Response::new(RespBody::full(body));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r.headers_mut().insert(header::SERVER, SERVER.clone());
     r
 }
@@ -69,11 +72,20 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     for n in listed {
         headers.remove(n);
     }
-    for n in [&KEEP_ALIVE, &PROXY_CONNECTION, &header::PROXY_AUTHORIZATION, &header::TRAILER, &header::TRANSFER_ENCODING] {
+    for n in [
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::PROXY_AUTHORIZATION,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+    ] {
         headers.remove(n);
     }
     // `TE: trailers` must reach HTTP/2 (gRPC) upstreams; other TE values are hop-by-hop.
-    if headers.get(header::TE).is_some_and(|v| v.as_bytes() != b"trailers") {
+    if headers
+        .get(header::TE)
+        .is_some_and(|v| v.as_bytes() != b"trailers")
+    {
         headers.remove(header::TE);
     }
     if keep_upgrade {
@@ -88,7 +100,12 @@ fn request_id() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; 32];
     let (a, b) = (fastrand::u64(..), fastrand::u64(..));
-    for (i, byte) in a.to_be_bytes().iter().chain(b.to_be_bytes().iter()).enumerate() {
+    for (i, byte) in a
+        .to_be_bytes()
+        .iter()
+        .chain(b.to_be_bytes().iter())
+        .enumerate()
+    {
         out[2 * i] = HEX[usize::from(byte >> 4)];
         out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
     }
@@ -98,7 +115,11 @@ fn request_id() -> HeaderValue {
 fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
     let pq = uri.path_and_query().map_or("/", |p| p.as_str());
     let host = strip_port(host);
-    let location = if https_port == 443 { format!("https://{host}{pq}") } else { format!("https://{host}:{https_port}{pq}") };
+    let location = if https_port == 443 {
+        format!("https://{host}{pq}")
+    } else {
+        format!("https://{host}:{https_port}{pq}")
+    };
     let mut r = local(StatusCode::PERMANENT_REDIRECT, Bytes::new());
     if let Ok(v) = HeaderValue::from_str(&location) {
         r.headers_mut().insert(header::LOCATION, v);
@@ -108,40 +129,90 @@ fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
 
 fn error_response(e: &UpstreamError) -> Response<RespBody> {
     match e {
-        UpstreamError::NoEndpoints(p) => local(StatusCode::SERVICE_UNAVAILABLE, format!("503 Service Unavailable: no endpoints available for {p}\n")),
-        UpstreamError::ConnectFailed { pool, .. } => local(StatusCode::BAD_GATEWAY, format!("502 Bad Gateway: could not connect to any endpoint of {pool}\n")),
-        UpstreamError::Broken { .. } => local(StatusCode::BAD_GATEWAY, "502 Bad Gateway: the upstream connection failed\n"),
+        UpstreamError::NoEndpoints(p) => local(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("503 Service Unavailable: no endpoints available for {p}\n"),
+        ),
+        UpstreamError::ConnectFailed { pool, .. } => local(
+            StatusCode::BAD_GATEWAY,
+            format!("502 Bad Gateway: could not connect to any endpoint of {pool}\n"),
+        ),
+        UpstreamError::Broken { .. } => local(
+            StatusCode::BAD_GATEWAY,
+            "502 Bad Gateway: the upstream connection failed\n",
+        ),
     }
 }
 
 /// Handles one request end to end. Loads the route table exactly once.
-pub async fn handle(dp: Arc<DataPlane>, conn: Arc<ConnInfo>, req: Request<Incoming>) -> Response<RespBody> {
+pub async fn handle(
+    dp: Arc<DataPlane>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
     let started = Instant::now();
     let table = dp.routes();
     let raw_host = req
         .uri()
         .authority()
         .map(|a| a.as_str())
-        .or_else(|| req.headers().get(header::HOST).and_then(|v| v.to_str().ok()))
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+        })
         .unwrap_or("");
     let mut buf = HostBuf::default();
     let host = normalize_request_host(raw_host, &mut buf);
     let Some(action) = table.lookup(host, req.uri().path()) else {
-        return local(StatusCode::NOT_FOUND, "404 Not Found: no route for this host and path\n");
+        let mut r = local(
+            StatusCode::NOT_FOUND,
+            "404 Not Found: no route for this host and path\n",
+        );
+        if dp.is_draining() && req.version() <= Version::HTTP_11 {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return r;
     };
+    let http1 = req.version() <= Version::HTTP_11;
     let mut resp = route(&dp, &conn, action, req).await;
+    if http1 && dp.is_draining() {
+        // Shutting down: tell keep-alive clients, on a response, that this connection ends, so
+        // none of them races a new request against the close.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if conn.tls
         && let Some(h) = &action.hsts
     {
-        resp.headers_mut().insert(header::STRICT_TRANSPORT_SECURITY, h.clone());
+        resp.headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, h.clone());
     }
-    action.stats.record(resp.status().as_u16(), started.elapsed());
+    action
+        .stats
+        .record(resp.status().as_u16(), started.elapsed());
     resp
 }
 
-async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<Incoming>) -> Response<RespBody> {
+async fn route(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    action: &Action,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
     if action.ssl_redirect && !conn.tls {
-        let host = req.uri().authority().map(|a| a.as_str().to_string()).or_else(|| req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string)).unwrap_or_default();
+        let host = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
         return redirect(&host, req.uri(), dp.settings.https_port);
     }
     let cluster = match &action.target {
@@ -149,20 +220,38 @@ async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<In
         Target::Cluster(c) => c,
     };
     let s = &dp.settings;
-    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
         && len > s.max_body_size
     {
-        return local(StatusCode::PAYLOAD_TOO_LARGE, format!("413 Payload Too Large: the limit is {} bytes\n", s.max_body_size));
+        return local(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "413 Payload Too Large: the limit is {} bytes\n",
+                s.max_body_size
+            ),
+        );
     }
     let (mut parts, body) = req.into_parts();
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
-    let upgrade = !h2_up && parts.headers.contains_key(header::UPGRADE) && connection_has(&parts.headers, "upgrade");
-    let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+    let upgrade = !h2_up
+        && parts.headers.contains_key(header::UPGRADE)
+        && connection_has(&parts.headers, "upgrade");
+    let client_upgrade = if upgrade {
+        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
     let authority = parts.uri.authority().map(|a| a.as_str().to_string());
     strip_hop_by_hop(&mut parts.headers, upgrade);
     let h = &mut parts.headers;
     if !h.contains_key(header::HOST)
-        && let Some(a) = authority.as_deref().and_then(|a| HeaderValue::from_str(a).ok())
+        && let Some(a) = authority
+            .as_deref()
+            .and_then(|a| HeaderValue::from_str(a).ok())
     {
         h.insert(header::HOST, a);
     }
@@ -174,19 +263,30 @@ async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<In
     if let Ok(v) = HeaderValue::from_str(&xff) {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
-    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(if conn.tls { "https" } else { "http" }));
+    h.insert(
+        X_FORWARDED_PROTO.clone(),
+        HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
+    );
     if let Some(host) = h.get(header::HOST).cloned() {
         h.insert(X_FORWARDED_HOST.clone(), host);
     }
-    h.insert(X_FORWARDED_PORT.clone(), HeaderValue::from(conn.local.port()));
+    h.insert(
+        X_FORWARDED_PORT.clone(),
+        HeaderValue::from(conn.local.port()),
+    );
     if !h.contains_key(&X_REQUEST_ID) {
         h.insert(X_REQUEST_ID.clone(), request_id());
     }
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if h2_up {
         parts.version = Version::HTTP_2;
-        let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
-        parts.uri = format!("http://{host}{pq}").parse().unwrap_or_else(|_| Uri::from_static("/"));
+        let host = h
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("localhost");
+        parts.uri = format!("http://{host}{pq}")
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"));
     } else {
         parts.version = Version::HTTP_11;
         if parts.uri.authority().is_some() {
@@ -194,15 +294,29 @@ async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<In
         }
     }
     let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
-    let delivered = match tokio::time::timeout(s.request_timeout, upstream::send(cluster, up_req, s.upstream_tries)).await {
-        Err(_) => return local(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Timeout: the upstream did not answer in time\n"),
+    let delivered = match tokio::time::timeout(
+        s.request_timeout,
+        upstream::send(cluster, up_req, s.upstream_tries),
+    )
+    .await
+    {
+        Err(_) => {
+            return local(
+                StatusCode::GATEWAY_TIMEOUT,
+                "504 Gateway Timeout: the upstream did not answer in time\n",
+            );
+        }
         Ok(Err(e)) => {
             tracing::debug!(pool = %cluster.name, error = %e, "request failed");
             return error_response(&e);
         }
         Ok(Ok(d)) => d,
     };
-    let upstream::Delivered { response, mut completion, .. } = delivered;
+    let upstream::Delivered {
+        response,
+        mut completion,
+        ..
+    } = delivered;
     let (mut rparts, rbody) = response.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         // The connection now belongs to the tunnel; it never goes back to the pool.
@@ -233,9 +347,15 @@ async fn route(dp: &DataPlane, conn: &ConnInfo, action: &Action, req: Request<In
             c.release();
         }
         drop(completion);
-        RespBody::Upstream { inner: rbody, done: None }
+        RespBody::Upstream {
+            inner: rbody,
+            done: None,
+        }
     } else {
-        RespBody::Upstream { inner: rbody, done: Some(completion) }
+        RespBody::Upstream {
+            inner: rbody,
+            done: Some(completion),
+        }
     };
     Response::from_parts(rparts, body)
 }

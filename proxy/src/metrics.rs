@@ -58,8 +58,10 @@ impl AtomicHistogram {
             i.counts[b].fetch_add(1, Ordering::Relaxed);
         }
         i.count.fetch_add(1, Ordering::Relaxed);
-        i.sum_nanos
-            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        i.sum_nanos.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// Number of observations.
@@ -88,7 +90,8 @@ impl EncodeMetric for AtomicHistogram {
         let count = i.count.load(Ordering::Relaxed);
         buckets.push((f64::MAX, count));
         let sum = i.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+        encoder
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -209,21 +212,81 @@ impl Metrics {
             cert_info: Family::default(),
             registry: Registry::default(),
         };
-        registry.register("requests", "HTTP requests by ingress, service and status class", m.requests.clone());
-        registry.register("request_duration_seconds", "Time from request head to response head, by upstream service", m.request_duration.clone());
-        registry.register("upstream_connect_errors", "Failed connection attempts to upstream endpoints", m.connect_errors.clone());
-        registry.register("upstream_retries", "Requests retried on another endpoint or connection", m.retries.clone());
-        registry.register("upstream_ejections", "Endpoints ejected by passive health checking", m.ejections.clone());
-        registry.register("upstream_endpoints", "Endpoints per pool by state", m.endpoints.clone());
-        registry.register("config_applies", "Configuration applies by result", m.config_applies.clone());
-        registry.register("config_apply_duration_seconds", "Time spent applying a configuration snapshot", m.config_apply_duration.clone());
-        registry.register("config_problems", "Problems reported for the current configuration", m.config_problems.clone());
-        registry.register("endpoint_propagation_delay_seconds", "Time from an endpoint change being seen to its pool being swapped", m.propagation_delay.clone());
-        registry.register("connections_active", "Client connections currently open", m.connections_active.clone());
-        registry.register("connections", "Client connections accepted", m.connections.clone());
-        registry.register("tls_handshakes", "TLS handshakes by result", m.tls_handshakes.clone());
-        registry.register("tls_certificate_expiry_seconds", "Unix time at which the certificate served for a host expires", m.cert_expiry.clone());
-        registry.register("tls_certificate_info", "Certificate in use per host (value 1), labelled with its serial", m.cert_info.clone());
+        registry.register(
+            "requests",
+            "HTTP requests by ingress, service and status class",
+            m.requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from request head to response head, by upstream service",
+            m.request_duration.clone(),
+        );
+        registry.register(
+            "upstream_connect_errors",
+            "Failed connection attempts to upstream endpoints",
+            m.connect_errors.clone(),
+        );
+        registry.register(
+            "upstream_retries",
+            "Requests retried on another endpoint or connection",
+            m.retries.clone(),
+        );
+        registry.register(
+            "upstream_ejections",
+            "Endpoints ejected by passive health checking",
+            m.ejections.clone(),
+        );
+        registry.register(
+            "upstream_endpoints",
+            "Endpoints per pool by state",
+            m.endpoints.clone(),
+        );
+        registry.register(
+            "config_applies",
+            "Configuration applies by result",
+            m.config_applies.clone(),
+        );
+        registry.register(
+            "config_apply_duration_seconds",
+            "Time spent applying a configuration snapshot",
+            m.config_apply_duration.clone(),
+        );
+        registry.register(
+            "config_problems",
+            "Problems reported for the current configuration",
+            m.config_problems.clone(),
+        );
+        registry.register(
+            "endpoint_propagation_delay_seconds",
+            "Time from an endpoint change being seen to its pool being swapped",
+            m.propagation_delay.clone(),
+        );
+        registry.register(
+            "connections_active",
+            "Client connections currently open",
+            m.connections_active.clone(),
+        );
+        registry.register(
+            "connections",
+            "Client connections accepted",
+            m.connections.clone(),
+        );
+        registry.register(
+            "tls_handshakes",
+            "TLS handshakes by result",
+            m.tls_handshakes.clone(),
+        );
+        registry.register(
+            "tls_certificate_expiry_seconds",
+            "Unix time at which the certificate served for a host expires",
+            m.cert_expiry.clone(),
+        );
+        registry.register(
+            "tls_certificate_info",
+            "Certificate in use per host (value 1), labelled with its serial",
+            m.cert_info.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -108,7 +108,10 @@ impl PooledH1 {
     /// Returns the connection to the idle queue (dropped when closed or when the queue is full).
     pub fn release(self) {
         if !self.sender.is_closed() {
-            let _ = self.pool.idle.push(IdleH1 { sender: self.sender, since: Instant::now() });
+            let _ = self.pool.idle.push(IdleH1 {
+                sender: self.sender,
+                since: Instant::now(),
+            });
         }
     }
 }
@@ -170,19 +173,32 @@ impl HostPool {
                 }
             }
             return Ok(Checkout {
-                conn: Conn::H1(PooledH1 { sender: idle.sender, pool: Arc::clone(self) }),
+                conn: Conn::H1(PooledH1 {
+                    sender: idle.sender,
+                    pool: Arc::clone(self),
+                }),
                 reused: true,
             });
         }
         let stream = self.connect_tcp().await?;
         let sender = match self.key.protocol {
             UpstreamProtocol::Https => {
-                let tls = self.settings.tls.connect(self.key.addr, stream, self.settings.connect_timeout).await?;
+                let tls = self
+                    .settings
+                    .tls
+                    .connect(self.key.addr, stream, self.settings.connect_timeout)
+                    .await?;
                 handshake_h1(tls).await?
             }
             _ => handshake_h1(stream).await?,
         };
-        Ok(Checkout { conn: Conn::H1(PooledH1 { sender, pool: Arc::clone(self) }), reused: false })
+        Ok(Checkout {
+            conn: Conn::H1(PooledH1 {
+                sender,
+                pool: Arc::clone(self),
+            }),
+            reused: false,
+        })
     }
 
     async fn checkout_h2(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
@@ -190,7 +206,10 @@ impl HostPool {
             && !s.is_closed()
             && s.is_ready()
         {
-            return Ok(Checkout { conn: Conn::H2((*s).clone()), reused: true });
+            return Ok(Checkout {
+                conn: Conn::H2((*s).clone()),
+                reused: true,
+            });
         }
         let stream = self.connect_tcp().await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -204,22 +223,35 @@ impl HostPool {
             }
         });
         self.h2.store(Some(Arc::new(sender.clone())));
-        Ok(Checkout { conn: Conn::H2(sender), reused: false })
+        Ok(Checkout {
+            conn: Conn::H2(sender),
+            reused: false,
+        })
     }
 
     async fn connect_tcp(&self) -> Result<TcpStream, ConnectError> {
         let addr = self.key.addr;
-        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
         socket.set_nodelay(true)?;
         {
             let s = SockRef::from(&socket);
             #[cfg(any(target_os = "linux", target_os = "android"))]
             s.set_tcp_user_timeout(Some(self.settings.user_timeout))?;
-            s.set_tcp_keepalive(&TcpKeepalive::new().with_time(Duration::from_secs(30)).with_interval(Duration::from_secs(5)))?;
+            s.set_tcp_keepalive(
+                &TcpKeepalive::new()
+                    .with_time(Duration::from_secs(30))
+                    .with_interval(Duration::from_secs(5)),
+            )?;
         }
         match tokio::time::timeout(self.settings.connect_timeout, socket.connect(addr)).await {
             Err(_) => Err(ConnectError::Timeout(self.settings.connect_timeout)),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => Err(ConnectError::Refused),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                Err(ConnectError::Refused)
+            }
             Ok(Err(e)) => Err(ConnectError::Io(e)),
             Ok(Ok(s)) => Ok(s),
         }
@@ -249,7 +281,10 @@ pub struct PoolRegistry {
 impl PoolRegistry {
     /// A registry with these settings.
     pub fn new(settings: UpstreamSettings) -> Self {
-        Self { settings: Arc::new(settings), pools: Mutex::new(HashMap::new()) }
+        Self {
+            settings: Arc::new(settings),
+            pools: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The pool for `key` (control path only: called when an endpoint is created).

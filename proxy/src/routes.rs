@@ -44,37 +44,80 @@ pub struct RouteTable {
     pub generation: u64,
 }
 
-fn compile_route(r: &Route, clusters: &HashMap<ClusterKey, Arc<Cluster>>, metrics: &Metrics) -> Action {
+fn compile_route(
+    r: &Route,
+    clusters: &HashMap<ClusterKey, Arc<Cluster>>,
+    metrics: &Metrics,
+) -> Action {
     let ingress = format!("{}/{}", r.source.namespace, r.source.name);
     let (target, service) = match &r.action {
         RouteAction::Cluster(k) => match clusters.get(k) {
             Some(c) => (Target::Cluster(Arc::clone(c)), c.name.clone()),
-            None => (Target::Unavailable(Bytes::from(format!("503 Service Unavailable: no pool for {k}\n"))), k.to_string()),
+            None => (
+                Target::Unavailable(Bytes::from(format!(
+                    "503 Service Unavailable: no pool for {k}\n"
+                ))),
+                k.to_string(),
+            ),
         },
-        RouteAction::Unavailable(m) => (Target::Unavailable(Bytes::from(format!("503 Service Unavailable: {m}\n"))), String::new()),
+        RouteAction::Unavailable(m) => (
+            Target::Unavailable(Bytes::from(format!("503 Service Unavailable: {m}\n"))),
+            String::new(),
+        ),
     };
     let hsts = r.options.hsts.and_then(|h| {
-        let v = if h.include_subdomains { format!("max-age={}; includeSubDomains", h.max_age) } else { format!("max-age={}", h.max_age) };
+        let v = if h.include_subdomains {
+            format!("max-age={}; includeSubDomains", h.max_age)
+        } else {
+            format!("max-age={}", h.max_age)
+        };
         HeaderValue::from_str(&v).ok()
     });
-    Action { target, ssl_redirect: r.options.ssl_redirect, hsts, stats: RouteStats::new(metrics, &ingress, &service) }
+    Action {
+        target,
+        ssl_redirect: r.options.ssl_redirect,
+        hsts,
+        stats: RouteStats::new(metrics, &ingress, &service),
+    }
 }
 
 impl RouteTable {
     /// An empty table (everything is 404) before the first snapshot.
     pub fn empty() -> Self {
-        Self { snapshot: Arc::new(Snapshot::default()), actions: Vec::new(), default: None, generation: 0 }
+        Self {
+            snapshot: Arc::new(Snapshot::default()),
+            actions: Vec::new(),
+            default: None,
+            generation: 0,
+        }
     }
 
     /// Compiles a snapshot against the current pools.
-    pub fn compile(snapshot: Arc<Snapshot>, clusters: &HashMap<ClusterKey, Arc<Cluster>>, metrics: &Metrics, generation: u64) -> Self {
+    pub fn compile(
+        snapshot: Arc<Snapshot>,
+        clusters: &HashMap<ClusterKey, Arc<Cluster>>,
+        metrics: &Metrics,
+        generation: u64,
+    ) -> Self {
         let actions = snapshot
             .virtual_hosts()
             .iter()
-            .map(|vh| vh.routes.iter().map(|r| compile_route(r, clusters, metrics)).collect())
+            .map(|vh| {
+                vh.routes
+                    .iter()
+                    .map(|r| compile_route(r, clusters, metrics))
+                    .collect()
+            })
             .collect();
-        let default = snapshot.default_backend().map(|r| compile_route(r, clusters, metrics));
-        Self { snapshot, actions, default, generation }
+        let default = snapshot
+            .default_backend()
+            .map(|r| compile_route(r, clusters, metrics));
+        Self {
+            snapshot,
+            actions,
+            default,
+            generation,
+        }
     }
 
     /// The snapshot this table was compiled from.
@@ -86,7 +129,9 @@ impl RouteTable {
     pub fn lookup(&self, host: Option<&str>, path: &str) -> Option<&Action> {
         match self.snapshot.route_ref(host, path)? {
             RouteRef::Default => self.default.as_ref(),
-            RouteRef::Rule { vhost, route } => self.actions.get(vhost as usize)?.get(route as usize),
+            RouteRef::Rule { vhost, route } => {
+                self.actions.get(vhost as usize)?.get(route as usize)
+            }
         }
     }
 }

@@ -62,7 +62,14 @@ impl Server {
     /// A server for this data plane.
     pub fn new(dp: Arc<DataPlane>, opts: ServerOptions) -> Self {
         let limit = Arc::new(Semaphore::new(opts.max_connections));
-        Self { dp, opts, graceful: Arc::new(GracefulShutdown::new()), stop: watch::channel(false).0, loops: JoinSet::new(), limit }
+        Self {
+            dp,
+            opts,
+            graceful: Arc::new(GracefulShutdown::new()),
+            stop: watch::channel(false).0,
+            loops: JoinSet::new(),
+            limit,
+        }
     }
 
     /// Starts serving on a bound listener; `tls` makes it an HTTPS listener.
@@ -82,10 +89,19 @@ impl Server {
 
     /// Stops accepting, asks every connection to finish, and waits up to `deadline` for them.
     /// Returns whether everything finished in time.
+    ///
+    /// Order: readiness false and listeners closed; then a short lame-duck period in which every
+    /// HTTP/1 response carries `Connection: close` (busy keep-alive clients learn of the close on
+    /// a response instead of racing a request against it); then idle connections are closed,
+    /// HTTP/2 gets GOAWAY, and in-flight requests finish.
     pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        let started = std::time::Instant::now();
         self.dp.start_draining();
         let _ = self.stop.send(true);
         while self.loops.join_next().await.is_some() {}
+        let lame_duck = (deadline / 4).min(Duration::from_secs(1));
+        tokio::time::sleep(lame_duck).await;
+        let deadline = deadline.saturating_sub(started.elapsed());
         let open = self.graceful.count();
         tracing::info!(open_connections = open, ?deadline, "draining connections");
         match Arc::try_unwrap(self.graceful) {
@@ -112,7 +128,9 @@ fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
         .header_read_timeout(opts.header_read_timeout)
         .max_buf_size(opts.max_header_size.max(8192))
         .keep_alive(true);
-    b.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX));
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX));
     if opts.http2 { b } else { b.http1_only() }
 }
 
@@ -137,9 +155,18 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             }
         };
         let _ = stream.set_nodelay(true);
-        let info = Arc::new(ConnInfo { remote, local: stream.local_addr().ok().or(local).unwrap_or(remote), tls: ctx.tls.is_some() });
+        let info = Arc::new(ConnInfo {
+            remote,
+            local: stream.local_addr().ok().or(local).unwrap_or(remote),
+            tls: ctx.tls.is_some(),
+        });
         let watcher = ctx.graceful.watcher();
-        let conn_ctx = ConnCtx { dp: Arc::clone(&ctx.dp), tls: ctx.tls.clone(), builder: Arc::clone(&ctx.builder), handshake_timeout: ctx.opts.tls_handshake_timeout };
+        let conn_ctx = ConnCtx {
+            dp: Arc::clone(&ctx.dp),
+            tls: ctx.tls.clone(),
+            builder: Arc::clone(&ctx.builder),
+            handshake_timeout: ctx.opts.tls_handshake_timeout,
+        };
         tokio::spawn(async move {
             let ctx = conn_ctx;
             let _permit = permit;
@@ -148,19 +175,28 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             m.connections_active.inc();
             match &ctx.tls {
                 None => serve_conn(stream, info, &ctx, watcher).await,
-                Some(acceptor) => match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        m.tls_handshakes.get_or_create(&ResultLabels { result: "ok" }).inc();
-                        serve_conn(tls, info, &ctx, watcher).await;
+                Some(acceptor) => {
+                    match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(tls)) => {
+                            m.tls_handshakes
+                                .get_or_create(&ResultLabels { result: "ok" })
+                                .inc();
+                            serve_conn(tls, info, &ctx, watcher).await;
+                        }
+                        Ok(Err(e)) => {
+                            m.tls_handshakes
+                                .get_or_create(&ResultLabels { result: "error" })
+                                .inc();
+                            tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            m.tls_handshakes
+                                .get_or_create(&ResultLabels { result: "timeout" })
+                                .inc();
+                        }
                     }
-                    Ok(Err(e)) => {
-                        m.tls_handshakes.get_or_create(&ResultLabels { result: "error" }).inc();
-                        tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
-                    }
-                    Err(_) => {
-                        m.tls_handshakes.get_or_create(&ResultLabels { result: "timeout" }).inc();
-                    }
-                },
+                }
             }
             m.connections_active.dec();
         });
@@ -184,7 +220,10 @@ where
         let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
         async move { Ok::<_, Infallible>(handle(dp, info, req).await) }
     });
-    let conn = ctx.builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+    let conn = ctx
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .into_owned();
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "client connection ended with an error");
     }

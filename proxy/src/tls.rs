@@ -61,9 +61,12 @@ pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert, CertError
     if chain.is_empty() {
         return Err(CertError::Pem("tls.crt: no CERTIFICATE block".into()));
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| CertError::Pem(format!("tls.key: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| CertError::Pem(format!("tls.key: {e}")))?;
     let ck = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| match e {
-        rustls::Error::InconsistentKeys(_) => CertError::Key("tls.key does not match the certificate in tls.crt".into()),
+        rustls::Error::InconsistentKeys(_) => {
+            CertError::Key("tls.key does not match the certificate in tls.crt".into())
+        }
         other => CertError::Key(format!("tls.key: {other}")),
     })?;
     let (serial, not_after, sans) = match x509_parser::parse_x509_certificate(&ck.cert[0]) {
@@ -83,18 +86,35 @@ pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert, CertError
                         .collect()
                 })
                 .unwrap_or_default();
-            (c.raw_serial_as_string().replace(':', ""), c.validity().not_after.timestamp(), sans)
+            (
+                c.raw_serial_as_string().replace(':', ""),
+                c.validity().not_after.timestamp(),
+                sans,
+            )
         }
-        Err(e) => return Err(CertError::Pem(format!("tls.crt: not an X.509 certificate: {e}"))),
+        Err(e) => {
+            return Err(CertError::Pem(format!(
+                "tls.crt: not an X.509 certificate: {e}"
+            )));
+        }
     };
-    Ok(LoadedCert { key: Arc::new(ck), serial, not_after, sans })
+    Ok(LoadedCert {
+        key: Arc::new(ck),
+        serial,
+        not_after,
+        sans,
+    })
 }
 
 /// Generates the self-signed fallback certificate used when no default is configured (like
 /// other controllers' "fake" certificate).
 pub fn self_signed_default() -> Result<LoadedCert, CertError> {
-    let ck = rcgen::generate_simple_self_signed(vec!["sluice.invalid".to_string()]).map_err(|e| CertError::Key(e.to_string()))?;
-    load_pem(ck.cert.pem().as_bytes(), ck.signing_key.serialize_pem().as_bytes())
+    let ck = rcgen::generate_simple_self_signed(vec!["sluice.invalid".to_string()])
+        .map_err(|e| CertError::Key(e.to_string()))?;
+    load_pem(
+        ck.cert.pem().as_bytes(),
+        ck.signing_key.serialize_pem().as_bytes(),
+    )
 }
 
 /// SNI → certificate, immutable; swapped as a whole.
@@ -108,7 +128,11 @@ pub struct CertStore {
 impl CertStore {
     /// A store that serves only `default`.
     pub fn new(default: LoadedCert) -> Self {
-        Self { exact: HashMap::new(), wildcard: HashMap::new(), default }
+        Self {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+            default,
+        }
     }
 
     /// The certificate for an SNI name (normalized), or the default.
@@ -146,7 +170,9 @@ impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let store = self.store.load();
         let mut buf = HostBuf::default();
-        let name = hello.server_name().and_then(|n| normalize_request_host(n, &mut buf));
+        let name = hello
+            .server_name()
+            .and_then(|n| normalize_request_host(n, &mut buf));
         Some(Arc::clone(&store.lookup(name).key))
     }
 }
@@ -161,12 +187,19 @@ pub struct TlsOptions {
 }
 
 /// Builds the one server config used by every TLS listener.
-pub fn server_config(store: Arc<ArcSwap<CertStore>>, opts: &TlsOptions) -> Result<Arc<ServerConfig>, rustls::Error> {
+pub fn server_config(
+    store: Arc<ArcSwap<CertStore>>,
+    opts: &TlsOptions,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
     let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&version::TLS13, &version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver { store }));
-    cfg.alpn_protocols = if opts.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+    cfg.alpn_protocols = if opts.http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     if opts.session_resumption {
         cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
     } else {
@@ -196,10 +229,19 @@ pub struct TlsProblem {
 impl TlsState {
     /// State with a fallback default certificate.
     pub fn new(fallback_default: LoadedCert) -> Self {
-        Self { fallback_default, by_secret: HashMap::new(), last_good_by_host: HashMap::new() }
+        Self {
+            fallback_default,
+            by_secret: HashMap::new(),
+            last_good_by_host: HashMap::new(),
+        }
     }
 
-    fn load(&mut self, secret: &ObjectRef, pem: &Arc<CertificatePem>, problems: &mut Vec<TlsProblem>) -> Option<LoadedCert> {
+    fn load(
+        &mut self,
+        secret: &ObjectRef,
+        pem: &Arc<CertificatePem>,
+        problems: &mut Vec<TlsProblem>,
+    ) -> Option<LoadedCert> {
         if let Some((old, loaded)) = self.by_secret.get(secret)
             && (Arc::ptr_eq(old, pem) || **old == **pem)
         {
@@ -207,11 +249,15 @@ impl TlsState {
         }
         match load_pem(&pem.cert_pem, &pem.key_pem) {
             Ok(l) => {
-                self.by_secret.insert(secret.clone(), (Arc::clone(pem), l.clone()));
+                self.by_secret
+                    .insert(secret.clone(), (Arc::clone(pem), l.clone()));
                 Some(l)
             }
             Err(e) => {
-                problems.push(TlsProblem { secret: secret.clone(), message: e.to_string() });
+                problems.push(TlsProblem {
+                    secret: secret.clone(),
+                    message: e.to_string(),
+                });
                 None
             }
         }
@@ -219,7 +265,11 @@ impl TlsState {
 
     /// Builds the store for a snapshot. Hosts whose Secret is missing or invalid keep their last
     /// good certificate (or get the default when they never had one).
-    pub fn build(&mut self, snapshot: &Snapshot, default_secret: Option<&ObjectRef>) -> (CertStore, Vec<TlsProblem>) {
+    pub fn build(
+        &mut self,
+        snapshot: &Snapshot,
+        default_secret: Option<&ObjectRef>,
+    ) -> (CertStore, Vec<TlsProblem>) {
         let mut problems = Vec::new();
         let default = default_secret
             .and_then(|s| snapshot.certificates().get(s).map(|p| (s, p)))
@@ -232,7 +282,9 @@ impl TlsState {
                 Some(pem) => self.load(&b.secret, pem, &mut problems),
                 None => None,
             };
-            let Some(cert) = loaded.or_else(|| self.last_good_by_host.get(&b.host).cloned()) else { continue };
+            let Some(cert) = loaded.or_else(|| self.last_good_by_host.get(&b.host).cloned()) else {
+                continue;
+            };
             good_hosts.insert(b.host.clone(), cert.clone());
             match b.host.strip_prefix('*') {
                 Some(suffix) => store.wildcard.insert(suffix.to_string(), cert),
@@ -240,7 +292,12 @@ impl TlsState {
             };
         }
         self.last_good_by_host = good_hosts;
-        let used: std::collections::HashSet<&ObjectRef> = snapshot.tls().iter().map(|b| &b.secret).chain(default_secret).collect();
+        let used: std::collections::HashSet<&ObjectRef> = snapshot
+            .tls()
+            .iter()
+            .map(|b| &b.secret)
+            .chain(default_secret)
+            .collect();
         self.by_secret.retain(|k, _| used.contains(k));
         (store, problems)
     }

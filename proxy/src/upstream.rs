@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use crate::body::{Completion, ReqBody};
 use crate::cluster::{Cluster, Tried};
 use crate::endpoint::Endpoint;
-use crate::pool::{ConnectError, Conn};
+use crate::pool::{Conn, ConnectError};
 
 /// Why a request could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,10 @@ pub struct Delivered {
 }
 
 fn idempotent(m: &Method) -> bool {
-    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE)
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
 }
 
 /// Copies a body-less request so it can be replayed.
@@ -74,7 +77,11 @@ fn copy_head(parts: &Parts) -> Request<ReqBody> {
 }
 
 /// Sends `req` to `cluster`, following the retry rules in the module docs.
-pub async fn send(cluster: &Cluster, req: Request<ReqBody>, tries: u32) -> Result<Delivered, UpstreamError> {
+pub async fn send(
+    cluster: &Cluster,
+    req: Request<ReqBody>,
+    tries: u32,
+) -> Result<Delivered, UpstreamError> {
     let set = cluster.endpoints.load_full();
     let mut tried = Tried::default();
     let mut pending = Some(req);
@@ -107,7 +114,8 @@ pub async fn send(cluster: &Cluster, req: Request<ReqBody>, tries: u32) -> Resul
                 continue;
             }
         };
-        let can_replay = checkout.reused && !replayed && idempotent(req.method()) && req.body().is_end_stream();
+        let can_replay =
+            checkout.reused && !replayed && idempotent(req.method()) && req.body().is_end_stream();
         let (parts, body) = req.into_parts();
         let replay = can_replay.then(|| copy_head(&parts));
         let req = Request::from_parts(parts, body);
@@ -121,7 +129,14 @@ pub async fn send(cluster: &Cluster, req: Request<ReqBody>, tries: u32) -> Resul
         match result {
             Ok(response) => {
                 flight.responded();
-                return Ok(Delivered { response, completion: Completion { in_flight: flight, conn: pooled }, endpoint: ep });
+                return Ok(Delivered {
+                    response,
+                    completion: Completion {
+                        in_flight: flight,
+                        conn: pooled,
+                    },
+                    endpoint: ep,
+                });
             }
             Err(mut e) => {
                 if let Some(back) = e.take_message() {
@@ -137,12 +152,19 @@ pub async fn send(cluster: &Cluster, req: Request<ReqBody>, tries: u32) -> Resul
                     continue;
                 }
                 ep.count_failure();
-                return Err(UpstreamError::Broken { addr: ep.addr, source: e.into_error() });
+                return Err(UpstreamError::Broken {
+                    addr: ep.addr,
+                    source: e.into_error(),
+                });
             }
         }
     }
     match last_connect {
-        Some(last) => Err(UpstreamError::ConnectFailed { pool: cluster.name.clone(), tries: tried.len(), last }),
+        Some(last) => Err(UpstreamError::ConnectFailed {
+            pool: cluster.name.clone(),
+            tries: tried.len(),
+            last,
+        }),
         None => Err(UpstreamError::NoEndpoints(cluster.name.clone())),
     }
 }

@@ -26,7 +26,9 @@ pub struct UpstreamTls {
 
 impl std::fmt::Debug for UpstreamTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamTls").field("verifies", &self.verifies).finish()
+        f.debug_struct("UpstreamTls")
+            .field("verifies", &self.verifies)
+            .finish()
     }
 }
 
@@ -56,12 +58,32 @@ impl ServerCertVerifier for NoVerify {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -75,11 +97,25 @@ impl Default for UpstreamTls {
         let provider = Arc::new(crate::tls::provider());
         let config = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map(|b| b.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider))).with_no_client_auth());
+            .map(|b| {
+                b.dangerous()
+                    .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                    .with_no_client_auth()
+            });
         match config {
-            Ok(c) => Self { connector: TlsConnector::from(Arc::new(c)), verifies: false },
+            Ok(c) => Self {
+                connector: TlsConnector::from(Arc::new(c)),
+                verifies: false,
+            },
             // The default provider always supports the default versions; keep a usable value.
-            Err(_) => Self { connector: TlsConnector::from(Arc::new(ClientConfig::builder().with_root_certificates(RootCertStore::empty()).with_no_client_auth())), verifies: true },
+            Err(_) => Self {
+                connector: TlsConnector::from(Arc::new(
+                    ClientConfig::builder()
+                        .with_root_certificates(RootCertStore::empty())
+                        .with_no_client_auth(),
+                )),
+                verifies: true,
+            },
         }
     }
 }
@@ -91,7 +127,9 @@ impl UpstreamTls {
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(pem) {
             let c = c.map_err(|e| UpstreamTlsError::Ca(e.to_string()))?;
-            roots.add(c).map_err(|e| UpstreamTlsError::Ca(e.to_string()))?;
+            roots
+                .add(c)
+                .map_err(|e| UpstreamTlsError::Ca(e.to_string()))?;
         }
         if roots.is_empty() {
             return Err(UpstreamTlsError::Ca("no CERTIFICATE found".into()));
@@ -100,11 +138,19 @@ impl UpstreamTls {
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        Ok(Self { connector: TlsConnector::from(Arc::new(config)), verifies: true })
+        Ok(Self {
+            connector: TlsConnector::from(Arc::new(config)),
+            verifies: true,
+        })
     }
 
     /// Runs the client handshake over a connected socket.
-    pub async fn connect(&self, addr: SocketAddr, stream: TcpStream, timeout: Duration) -> Result<TlsStream<TcpStream>, ConnectError> {
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        stream: TcpStream,
+        timeout: Duration,
+    ) -> Result<TlsStream<TcpStream>, ConnectError> {
         let name = ServerName::IpAddress(addr.ip().into());
         match tokio::time::timeout(timeout, self.connector.connect(name, stream)).await {
             Err(_) => Err(ConnectError::Timeout(timeout)),

@@ -19,7 +19,16 @@ use sluice_bench::backend::{Backend, BackendConfig};
 
 /// Starts a backend named `name` on a free loopback port.
 pub async fn backend(name: &str) -> Backend {
-    Backend::start("127.0.0.1:0".parse().unwrap(), BackendConfig { name: name.to_string(), body_size: 1024, http2: true }).await.unwrap()
+    Backend::start(
+        "127.0.0.1:0".parse().unwrap(),
+        BackendConfig {
+            name: name.to_string(),
+            body_size: 1024,
+            http2: true,
+        },
+    )
+    .await
+    .unwrap()
 }
 
 /// Writes a file atomically (write + rename), as a careful user or a controller would.
@@ -36,16 +45,23 @@ pub fn ingress_class() -> String {
 
 /// YAML for an Ingress with one rule of `(path, pathType, service)` entries.
 pub fn ingress(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> String {
-    let mut s = format!("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ingressClassName: sluice\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n");
+    let mut s = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ingressClassName: sluice\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n"
+    );
     for (p, t, svc) in paths {
-        let _ = write!(s, "      - path: {p}\n        pathType: {t}\n        backend:\n          service:\n            name: {svc}\n            port:\n              number: 80\n");
+        let _ = write!(
+            s,
+            "      - path: {p}\n        pathType: {t}\n        backend:\n          service:\n            name: {svc}\n            port:\n              number: 80\n"
+        );
     }
     s
 }
 
 /// YAML for a Service with port 80 named `http`.
 pub fn service(name: &str) -> String {
-    format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports:\n  - name: http\n    port: 80\n")
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports:\n  - name: http\n    port: 80\n"
+    )
 }
 
 /// YAML for an EndpointSlice of `svc` with these ready addresses (all on 127.0.0.1, one port
@@ -71,7 +87,9 @@ pub struct Manifests {
 impl Manifests {
     /// A new empty directory.
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().unwrap() }
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     /// Path of a file in it.
@@ -93,19 +111,34 @@ impl Default for Manifests {
 
 /// Starts `sluice serve` in-process on free loopback ports with extra flags.
 pub async fn serve(dir: &Path, extra: &[&str]) -> Serving {
-    let mut argv: Vec<String> = ["sluice", "serve", "--manifests", dir.to_str().unwrap(), "--http-listen", "127.0.0.1:0", "--https-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut argv: Vec<String> = [
+        "sluice",
+        "serve",
+        "--manifests",
+        dir.to_str().unwrap(),
+        "--http-listen",
+        "127.0.0.1:0",
+        "--https-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     argv.extend(extra.iter().map(|s| s.to_string()));
     let cli = sluice::cli::Cli::try_parse_from(argv).unwrap();
-    let sluice::cli::Command::Serve(args) = cli.command else { panic!("not serve") };
+    let sluice::cli::Command::Serve(args) = cli.command else {
+        panic!("not serve")
+    };
     sluice::serve::start(&args).await.unwrap()
 }
 
 /// A keep-alive HTTP/1.1 client.
 pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build_http()
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http()
 }
 
 /// A response, fully read.
@@ -132,12 +165,23 @@ impl Got {
 }
 
 /// GET `path` on `addr` with a Host header.
-pub async fn get(c: &Client<HttpConnector, Empty<Bytes>>, addr: SocketAddr, host: &str, path: &str) -> anyhow::Result<Got> {
-    let req = Request::get(format!("http://{addr}{path}")).header("host", host).body(Empty::new())?;
+pub async fn get(
+    c: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+) -> anyhow::Result<Got> {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .header("host", host)
+        .body(Empty::new())?;
     let resp = c.request(req).await?;
     let (parts, body) = resp.into_parts();
     let body = body.collect().await?.to_bytes();
-    Ok(Got { status: parts.status, headers: parts.headers, body })
+    Ok(Got {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
 }
 
 /// Polls `f` until it returns true or `timeout` passes.
@@ -154,4 +198,132 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     false
+}
+
+/// Builds a snapshot from YAML documents the way `serve` does.
+pub fn snapshot(yamls: &[String]) -> sluice_config::Snapshot {
+    let mut w = sluice_config::World::new();
+    for (i, y) in yamls.iter().enumerate() {
+        for o in sluice::manifests::parse(Path::new(&format!("doc{i}.yaml")), y).unwrap() {
+            use sluice::manifests::Object;
+            match o {
+                Object::Ingress(x) => w.put_ingress(x),
+                Object::IngressClass(x) => w.put_ingress_class(x),
+                Object::Service(x) => w.put_service(x),
+                Object::EndpointSlice(x) => {
+                    w.put_endpoint_slice(x);
+                }
+                Object::Secret(x) => w.put_secret(x),
+            }
+        }
+    }
+    sluice_config::translate(&w, &sluice_config::TranslateOptions::default())
+}
+
+/// Starts the data plane and listeners with no provider: tests apply snapshots themselves.
+pub async fn data_plane(extra: &[&str]) -> sluice::app::Running {
+    let mut argv: Vec<String> = [
+        "sluice",
+        "serve",
+        "--manifests",
+        "/nonexistent",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--https-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let cli = sluice::cli::Cli::try_parse_from(argv).unwrap();
+    let sluice::cli::Command::Serve(args) = cli.command else {
+        panic!("not serve")
+    };
+    sluice::app::Running::start(&args.common, sluice::serve::DEFAULTS, None)
+        .await
+        .unwrap()
+}
+
+/// The usual objects for one host routed to one service with these backends.
+pub fn one_service(host: &str, svc: &str, addrs: &[SocketAddr]) -> Vec<String> {
+    vec![
+        ingress_class(),
+        service(svc),
+        endpoint_slices(svc, addrs),
+        ingress(&format!("ing-{svc}"), host, &[("/", "Prefix", svc)]),
+    ]
+}
+
+/// Steady keep-alive load from several workers; counts every outcome.
+#[derive(Debug)]
+pub struct Load {
+    stop: tokio::sync::watch::Sender<bool>,
+    workers: Vec<tokio::task::JoinHandle<LoadStats>>,
+}
+
+/// What a load run saw.
+#[derive(Debug, Default)]
+pub struct LoadStats {
+    /// 2xx responses.
+    pub ok: u64,
+    /// Everything else, described.
+    pub failures: Vec<String>,
+    /// Responses per backend name.
+    pub by_backend: std::collections::BTreeMap<String, u64>,
+}
+
+impl Load {
+    /// Starts `workers` loops of GET requests with `pause` between requests.
+    pub fn start(addr: SocketAddr, host: &str, workers: usize, pause: Duration) -> Self {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let workers = (0..workers)
+            .map(|_| {
+                let rx = rx.clone();
+                let host = host.to_string();
+                tokio::spawn(async move {
+                    let c = client();
+                    let mut st = LoadStats::default();
+                    while !*rx.borrow() {
+                        match get(&c, addr, &host, "/").await {
+                            Ok(r) if r.status.is_success() => {
+                                st.ok += 1;
+                                *st.by_backend
+                                    .entry(r.backend().unwrap_or("?").to_string())
+                                    .or_default() += 1;
+                            }
+                            Ok(r) => st.failures.push(format!(
+                                "status {}: {}",
+                                r.status,
+                                r.text().trim()
+                            )),
+                            Err(e) => st.failures.push(format!("error: {e:#}")),
+                        }
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                    st
+                })
+            })
+            .collect();
+        Self { stop, workers }
+    }
+
+    /// Stops the workers and adds up what they saw.
+    pub async fn finish(self) -> LoadStats {
+        let _ = self.stop.send(true);
+        let mut total = LoadStats::default();
+        for w in self.workers {
+            let st = w.await.unwrap();
+            total.ok += st.ok;
+            total.failures.extend(st.failures);
+            for (k, v) in st.by_backend {
+                *total.by_backend.entry(k).or_default() += v;
+            }
+        }
+        total
+    }
 }

@@ -36,11 +36,23 @@ use sluice_config::translate::DEFAULT_CONTROLLER_NAME;
 /// API calls the controller makes with cluster scope: (API group, resource, verbs).
 const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
     ("networking.k8s.io", "ingresses", &["get", "list", "watch"]),
-    ("networking.k8s.io", "ingresses/status", &["update", "patch"]),
-    ("networking.k8s.io", "ingressclasses", &["get", "list", "watch"]),
+    (
+        "networking.k8s.io",
+        "ingresses/status",
+        &["update", "patch"],
+    ),
+    (
+        "networking.k8s.io",
+        "ingressclasses",
+        &["get", "list", "watch"],
+    ),
     ("", "services", &["get", "list", "watch"]),
     ("", "secrets", &["get", "list", "watch"]),
-    ("discovery.k8s.io", "endpointslices", &["get", "list", "watch"]),
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        &["get", "list", "watch"],
+    ),
     ("", "nodes", &["get", "list"]),
     ("", "pods", &["get", "list"]),
     ("", "events", &["create", "patch"]),
@@ -48,8 +60,11 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// API calls the controller makes in its own namespace only (leader election).
-const NAMESPACE_CALLS: &[(&str, &str, &[&str])] =
-    &[("coordination.k8s.io", "leases", &["get", "create", "update", "patch"])];
+const NAMESPACE_CALLS: &[(&str, &str, &[&str])] = &[(
+    "coordination.k8s.io",
+    "leases",
+    &["get", "create", "update", "patch"],
+)];
 
 /// Verbs that change state.
 const WRITE_VERBS: &[&str] = &[
@@ -148,7 +163,7 @@ fn helm_template(sets: &[&str]) -> Option<String> {
         "--namespace",
         "sluice-system",
     ];
-    for set in sets {
+    for &set in sets {
         args.push("--set");
         args.push(set);
     }
@@ -336,7 +351,8 @@ fn args(container: &Container) -> &[String] {
 /// The value of `--name=value` in the arguments.
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     let prefix = format!("--{name}=");
-    args.iter().find_map(|arg| arg.strip_prefix(prefix.as_str()))
+    args.iter()
+        .find_map(|arg| arg.strip_prefix(prefix.as_str()))
 }
 
 /// "0.0.0.0:80" -> ("0.0.0.0", 80).
@@ -572,7 +588,9 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
     let shutdown: i64 = flag(args, "shutdown-timeout")
         .unwrap_or_else(|| panic!("{source}: missing --shutdown-timeout=SECONDS"))
         .parse()
-        .unwrap_or_else(|_| panic!("{source}: --shutdown-timeout is not a whole number of seconds"));
+        .unwrap_or_else(|_| {
+            panic!("{source}: --shutdown-timeout is not a whole number of seconds")
+        });
     let grace = pod
         .termination_grace_period_seconds
         .unwrap_or_else(|| panic!("{source}: terminationGracePeriodSeconds unset"));
@@ -693,9 +711,9 @@ fn expected_grants(calls: &[(&str, &str, &[&str])]) -> BTreeSet<Grant> {
     for (group, resource, verbs) in calls {
         for verb in *verbs {
             out.insert((
-                (*group).to_owned(),
-                (*resource).to_owned(),
-                (*verb).to_owned(),
+                String::from(*group),
+                String::from(*resource),
+                String::from(*verb),
             ));
         }
     }
@@ -781,11 +799,11 @@ fn check_rbac(r: &Rendered, sa_name: &str, namespace: &str) {
             binding.role_ref.name
         );
         assert!(
-            binding
-                .subjects
-                .iter()
-                .flatten()
-                .all(|s| is_our_sa(&s.kind, &s.name, s.namespace.as_deref())),
+            binding.subjects.iter().flatten().all(|s| is_our_sa(
+                &s.kind,
+                &s.name,
+                s.namespace.as_deref()
+            )),
             "{source}: ClusterRoleBinding {:?} binds something other than {namespace}/{sa_name}",
             binding.metadata.name
         );
@@ -839,11 +857,11 @@ fn check_rbac(r: &Rendered, sa_name: &str, namespace: &str) {
             binding.role_ref.name
         );
         assert!(
-            binding
-                .subjects
-                .iter()
-                .flatten()
-                .all(|s| is_our_sa(&s.kind, &s.name, s.namespace.as_deref())),
+            binding.subjects.iter().flatten().all(|s| is_our_sa(
+                &s.kind,
+                &s.name,
+                s.namespace.as_deref()
+            )),
             "{source}: RoleBinding {:?} binds something other than {namespace}/{sa_name}",
             binding.metadata.name
         );
@@ -1046,7 +1064,10 @@ fn helm_chart_default_values() {
         &base.source,
         pod_spec(&base.source, daemon_set(&base)),
     ));
-    let helm_args = args(sluice_container(&r.source, pod_spec(&r.source, daemon_set(&r))));
+    let helm_args = args(sluice_container(
+        &r.source,
+        pod_spec(&r.source, daemon_set(&r)),
+    ));
     for arg in base_args {
         assert!(
             helm_args.contains(arg),
@@ -1064,7 +1085,7 @@ fn helm_chart_variants() {
         "metrics.enabled=false",
         "namespace.create=true",
         "extraArgs={--watch-namespace=apps}",
-        "nodeSelector.edge=true",
+        "nodeSelector.role=edge",
     ]) else {
         return;
     };
@@ -1086,15 +1107,17 @@ fn helm_chart_variants() {
     let pod = pod_spec(source, ds);
     let container = sluice_container(source, pod);
     assert!(
-        args(container).iter().any(|a| a == "--watch-namespace=apps"),
+        args(container)
+            .iter()
+            .any(|a| a == "--watch-namespace=apps"),
         "{source}: extraArgs"
     );
     assert_eq!(
         pod.node_selector
             .as_ref()
-            .and_then(|s| s.get("edge"))
+            .and_then(|s| s.get("role"))
             .map(String::as_str),
-        Some("true"),
+        Some("edge"),
         "{source}: nodeSelector"
     );
     let class = &r.ingress_classes[0];
@@ -1170,8 +1193,8 @@ fn helm_chart_refuses_latest_and_short_grace() {
 fn bench_fixtures() {
     // The load Job template is read directly: it needs no renderer.
     let path = repo_root().join("manifests/bench/load-job.yaml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     let jobs = parse("manifests/bench/load-job.yaml", &text);
     jobs.assert_kinds(&[("Job", 1)]);
     let pod = jobs.jobs[0]
@@ -1180,10 +1203,11 @@ fn bench_fixtures() {
         .and_then(|s| s.template.spec.as_ref())
         .expect("the load Job has a pod spec");
     assert!(
-        pod.host_aliases
+        pod.host_aliases.iter().flatten().any(|h| h
+            .hostnames
             .iter()
             .flatten()
-            .any(|h| h.hostnames.iter().flatten().any(|n| n == "bench.local")),
+            .any(|n| n == "bench.local")),
         "load Job: bench.local must resolve to the controller"
     );
     let load = pod
@@ -1192,7 +1216,14 @@ fn bench_fixtures() {
         .flatten()
         .find(|c| c.name == "load")
         .expect("load Job: init container `load`");
-    for needed in ["load", "--url", "--rate", "--connections", "--duration", "--json"] {
+    for needed in [
+        "load",
+        "--url",
+        "--rate",
+        "--connections",
+        "--duration",
+        "--json",
+    ] {
         assert!(
             args(load).iter().any(|a| a == needed),
             "load Job: argument {needed}"
@@ -1272,6 +1303,6 @@ fn unknown_fields_are_caught() {
     });
     let sa: ServiceAccount = serde_json::from_value(doc.clone()).unwrap();
     let mut unknown = Vec::new();
-    missing_keys(&doc, &serde_json::to_value(&sa).unwrap(), "", &mut unknown);
+    missing_keys(&doc, &serde_json::to_value(sa).unwrap(), "", &mut unknown);
     assert_eq!(unknown, [".metadata.lables"]);
 }

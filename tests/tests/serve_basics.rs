@@ -10,13 +10,35 @@ async fn routes_and_forwards_like_an_ingress_controller() {
     let (a, b) = (backend("a").await, backend("b").await);
     let m = Manifests::new();
     m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &[service("svc-a"), service("svc-b")].join("---\n"));
-    m.write("eps.yaml", &[endpoint_slices("svc-a", &[a.addr]), endpoint_slices("svc-b", &[b.addr])].join("---\n"));
-    m.write("ing.yaml", &[
-        ingress("one", "app.test", &[("/", "Prefix", "svc-a"), ("/b", "Prefix", "svc-b"), ("/exact", "Exact", "svc-b")]),
-        ingress("two", "*.wild.test", &[("/", "Prefix", "svc-b")]),
-        ingress("ghost", "ghost.test", &[("/", "Prefix", "no-such-service")]),
-    ].join("---\n"));
+    m.write(
+        "svc.yaml",
+        &[service("svc-a"), service("svc-b")].join("---\n"),
+    );
+    m.write(
+        "eps.yaml",
+        &[
+            endpoint_slices("svc-a", &[a.addr]),
+            endpoint_slices("svc-b", &[b.addr]),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &[
+            ingress(
+                "one",
+                "app.test",
+                &[
+                    ("/", "Prefix", "svc-a"),
+                    ("/b", "Prefix", "svc-b"),
+                    ("/exact", "Exact", "svc-b"),
+                ],
+            ),
+            ingress("two", "*.wild.test", &[("/", "Prefix", "svc-b")]),
+            ingress("ghost", "ghost.test", &[("/", "Prefix", "no-such-service")]),
+        ]
+        .join("---\n"),
+    );
     let s = serve(m.dir.path(), &[]).await;
     let http = s.running.http_addr.unwrap();
     let c = client();
@@ -27,11 +49,30 @@ async fn routes_and_forwards_like_an_ingress_controller() {
     assert_eq!(r.headers.get("server").unwrap(), "sluice");
     assert!(r.headers.contains_key("date"));
     assert_eq!(r.headers.get("content-length").unwrap(), "1024");
-    assert_eq!(get(&c, http, "APP.test:8080", "/b/c").await.unwrap().backend(), Some("b"));
-    assert_eq!(get(&c, http, "app.test", "/bb").await.unwrap().backend(), Some("a"), "element-wise prefix");
-    assert_eq!(get(&c, http, "app.test", "/exact").await.unwrap().backend(), Some("b"));
-    assert_eq!(get(&c, http, "x.wild.test", "/").await.unwrap().backend(), Some("b"));
-    assert_eq!(get(&c, http, "y.x.wild.test", "/").await.unwrap().status, 404);
+    assert_eq!(
+        get(&c, http, "APP.test:8080", "/b/c")
+            .await
+            .unwrap()
+            .backend(),
+        Some("b")
+    );
+    assert_eq!(
+        get(&c, http, "app.test", "/bb").await.unwrap().backend(),
+        Some("a"),
+        "element-wise prefix"
+    );
+    assert_eq!(
+        get(&c, http, "app.test", "/exact").await.unwrap().backend(),
+        Some("b")
+    );
+    assert_eq!(
+        get(&c, http, "x.wild.test", "/").await.unwrap().backend(),
+        Some("b")
+    );
+    assert_eq!(
+        get(&c, http, "y.x.wild.test", "/").await.unwrap().status,
+        404
+    );
     let r = get(&c, http, "unknown.test", "/").await.unwrap();
     assert_eq!(r.status, 404);
     assert_eq!(r.headers.get("server").unwrap(), "sluice");
@@ -47,17 +88,41 @@ async fn routes_and_forwards_like_an_ingress_controller() {
         .header("x-request-id", "keep-me")
         .header("connection", "keep-alive, x-hop")
         .header("x-hop", "drop-me")
-        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"hello")))
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            b"hello",
+        )))
         .unwrap();
     let c2: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
     let resp = c2.request(req).await.unwrap();
-    let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
     let echo = String::from_utf8_lossy(&body);
-    for want in ["method=POST", "path=/echo?x=1", "version=HTTP/1.1", "host=app.test", "user-agent=conformance/1.0", "x-request-id=keep-me", "x-forwarded-for=127.0.0.1", "x-forwarded-proto=http", "x-forwarded-host=app.test", &format!("x-forwarded-port={}", http.port()), "body-bytes=5"] {
-        assert!(echo.lines().any(|l| l == want), "missing {want:?} in:\n{echo}");
+    for want in [
+        "method=POST",
+        "path=/echo?x=1",
+        "version=HTTP/1.1",
+        "host=app.test",
+        "user-agent=conformance/1.0",
+        "x-request-id=keep-me",
+        "x-forwarded-for=127.0.0.1",
+        "x-forwarded-proto=http",
+        "x-forwarded-host=app.test",
+        &format!("x-forwarded-port={}", http.port()),
+        "body-bytes=5",
+    ] {
+        assert!(
+            echo.lines().any(|l| l == want),
+            "missing {want:?} in:\n{echo}"
+        );
     }
-    assert!(!echo.contains("x-hop"), "hop-by-hop header named in Connection leaked:\n{echo}");
+    assert!(
+        !echo.contains("x-hop"),
+        "hop-by-hop header named in Connection leaked:\n{echo}"
+    );
     s.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -68,28 +133,55 @@ async fn bad_input_is_reported_and_the_rest_keeps_serving() {
     m.write("class.yaml", &ingress_class());
     m.write("svc.yaml", &service("svc-a"));
     m.write("eps.yaml", &endpoint_slices("svc-a", &[a.addr]));
-    m.write("ing.yaml", &ingress("one", "app.test", &[("/", "Prefix", "svc-a")]));
+    m.write(
+        "ing.yaml",
+        &ingress("one", "app.test", &[("/", "Prefix", "svc-a")]),
+    );
     let s = serve(m.dir.path(), &["--max-header-size", "8192"]).await;
     let http = s.running.http_addr.unwrap();
     let c = client();
     assert_eq!(get(&c, http, "app.test", "/").await.unwrap().status, 200);
 
     // An unparsable edit of ing.yaml keeps its last good objects.
-    m.write("ing.yaml", "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: one\n");
+    m.write(
+        "ing.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: one\n",
+    );
     // A new, valid file alongside still takes effect.
-    m.write("more.yaml", &ingress("two", "more.test", &[("/", "Prefix", "svc-a")]));
-    assert!(eventually(Duration::from_secs(5), || async { get(&c, http, "more.test", "/").await.map(|r| r.status == 200).unwrap_or(false) }).await);
-    assert_eq!(get(&c, http, "app.test", "/").await.unwrap().status, 200, "last good objects of the broken file stay");
+    m.write(
+        "more.yaml",
+        &ingress("two", "more.test", &[("/", "Prefix", "svc-a")]),
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            get(&c, http, "more.test", "/")
+                .await
+                .map(|r| r.status == 200)
+                .unwrap_or(false)
+        })
+        .await
+    );
+    assert_eq!(
+        get(&c, http, "app.test", "/").await.unwrap().status,
+        200,
+        "last good objects of the broken file stay"
+    );
 
     // An oversized request head gets 431 and the server keeps serving.
     let big = "x".repeat(16 * 1024);
-    let req = http::Request::get(format!("http://{http}/")).header("host", "app.test").header("x-big", big).body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap();
+    let req = http::Request::get(format!("http://{http}/"))
+        .header("host", "app.test")
+        .header("x-big", big)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
     let r = client().request(req).await.unwrap();
     assert_eq!(r.status(), 431);
     assert_eq!(get(&c, http, "app.test", "/").await.unwrap().status, 200);
 
     let status: serde_json::Value = {
-        let r = get(&c, s.running.admin_addr, "localhost", "/api/v1/status").await.unwrap();
+        let r = get(&c, s.running.admin_addr, "localhost", "/api/v1/status")
+            .await
+            .unwrap();
         serde_json::from_slice(&r.body).unwrap()
     };
     assert_eq!(status["ready"], true);

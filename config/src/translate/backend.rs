@@ -19,7 +19,12 @@ use super::Problems;
 
 /// Protocol from a Service port's `appProtocol`.
 fn app_protocol(port: &ServicePort) -> UpstreamProtocol {
-    match port.app_protocol.as_deref().map(str::to_ascii_lowercase).as_deref() {
+    match port
+        .app_protocol
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("kubernetes.io/h2c") | Some("h2c") => UpstreamProtocol::H2c,
         Some("https") | Some("kubernetes.io/https") => UpstreamProtocol::Https,
         _ => UpstreamProtocol::Http1,
@@ -27,7 +32,12 @@ fn app_protocol(port: &ServicePort) -> UpstreamProtocol {
 }
 
 /// Resolves the endpoints of one Service port from the world's EndpointSlices.
-pub fn resolve_endpoints(world: &World, namespace: &str, svc: &Service, port: &ServicePort) -> Vec<EndpointSpec> {
+pub fn resolve_endpoints(
+    world: &World,
+    namespace: &str,
+    svc: &Service,
+    port: &ServicePort,
+) -> Vec<EndpointSpec> {
     let svc_name = svc.metadata.name.as_deref().unwrap_or_default();
     let port_name = port.name.as_deref().unwrap_or_default();
     let mut found: BTreeMap<SocketAddr, EndpointState> = BTreeMap::new();
@@ -123,46 +133,106 @@ impl<'w> Resolver<'w> {
         p: &mut Problems,
     ) -> RouteAction {
         let fail = |p: &mut Problems, reason: &'static str, field: String, msg: String| {
-            p.report(Severity::Error, reason, src, field, format!("{msg}; requests answer 503"));
+            p.report(
+                Severity::Error,
+                reason,
+                src,
+                field,
+                format!("{msg}; requests answer 503"),
+            );
             RouteAction::Unavailable(msg)
         };
         if backend.resource.is_some() {
-            return fail(p, "UnsupportedBackend", format!("{field}.resource"), "resource backends are not supported".into());
+            return fail(
+                p,
+                "UnsupportedBackend",
+                format!("{field}.resource"),
+                "resource backends are not supported".into(),
+            );
         }
         let Some(sb) = &backend.service else {
-            return fail(p, "InvalidBackend", field.to_string(), "backend names no service".into());
+            return fail(
+                p,
+                "InvalidBackend",
+                field.to_string(),
+                "backend names no service".into(),
+            );
         };
         let ns = src.namespace.as_str();
         let Some(svc) = self.world.services.get(&(ns.to_string(), sb.name.clone())) else {
-            return fail(p, "ServiceNotFound", format!("{field}.service.name"), format!("Service {ns}/{} not found", sb.name));
+            return fail(
+                p,
+                "ServiceNotFound",
+                format!("{field}.service.name"),
+                format!("Service {ns}/{} not found", sb.name),
+            );
         };
         let spec = svc.spec.as_ref();
         if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
-            return fail(p, "UnsupportedBackend", format!("{field}.service.name"), format!("Service {ns}/{} is of type ExternalName, which is not supported", sb.name));
+            return fail(
+                p,
+                "UnsupportedBackend",
+                format!("{field}.service.name"),
+                format!(
+                    "Service {ns}/{} is of type ExternalName, which is not supported",
+                    sb.name
+                ),
+            );
         }
         let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
         let want = sb.port.as_ref();
-        let port = match (want.and_then(|w| w.number), want.and_then(|w| w.name.as_deref())) {
-            (Some(n), _) => ports.iter().find(|sp| sp.port == n).ok_or_else(|| format!("Service {ns}/{} has no port {n}", sb.name)),
-            (None, Some(name)) => ports.iter().find(|sp| sp.name.as_deref() == Some(name)).ok_or_else(|| format!("Service {ns}/{} has no port named {name:?}", sb.name)),
+        let port = match (
+            want.and_then(|w| w.number),
+            want.and_then(|w| w.name.as_deref()),
+        ) {
+            (Some(n), _) => ports
+                .iter()
+                .find(|sp| sp.port == n)
+                .ok_or_else(|| format!("Service {ns}/{} has no port {n}", sb.name)),
+            (None, Some(name)) => ports
+                .iter()
+                .find(|sp| sp.name.as_deref() == Some(name))
+                .ok_or_else(|| format!("Service {ns}/{} has no port named {name:?}", sb.name)),
             (None, None) => Err("backend.service.port needs a number or a name".to_string()),
         };
         let port = match port {
             Ok(pt) => pt,
-            Err(msg) => return fail(p, "ServicePortNotFound", format!("{field}.service.port"), msg),
+            Err(msg) => {
+                return fail(
+                    p,
+                    "ServicePortNotFound",
+                    format!("{field}.service.port"),
+                    msg,
+                );
+            }
         };
         let Ok(port_num) = u16::try_from(port.port) else {
-            return fail(p, "ServicePortNotFound", format!("{field}.service.port"), format!("Service {ns}/{} port {} is out of range", sb.name, port.port));
+            return fail(
+                p,
+                "ServicePortNotFound",
+                format!("{field}.service.port"),
+                format!(
+                    "Service {ns}/{} port {} is out of range",
+                    sb.name, port.port
+                ),
+            );
         };
-        let key = ClusterKey { namespace: ns.to_string(), service: sb.name.clone(), port: port_num };
+        let key = ClusterKey {
+            namespace: ns.to_string(),
+            service: sb.name.clone(),
+            port: port_num,
+        };
         let world = self.world;
         let balance = self.balance;
-        let cluster = self.clusters.entry(key.clone()).or_insert_with(|| ClusterSpec {
-            key: key.clone(),
-            protocol: app_protocol(port),
-            balance,
-            endpoints: resolve_endpoints(world, ns, svc, port),
-        });
+        let cluster = self
+            .clusters
+            .entry(key.clone())
+            .or_insert_with(|| ClusterSpec {
+                key: key.clone(),
+                protocol: app_protocol(port),
+                balance,
+                endpoints: resolve_endpoints(world, ns, svc, port),
+            });
         if let Some(proto) = protocol {
             match self.protocol_set_by.get(&key) {
                 None => {
@@ -170,7 +240,16 @@ impl<'w> Resolver<'w> {
                     self.protocol_set_by.insert(key.clone(), src.clone());
                 }
                 Some(first) if cluster.protocol != proto => {
-                    p.report(Severity::Warning, "Conflict", src, "metadata.annotations[sluice.dev/backend-protocol]", format!("ignored for {key}: the older {first} sets {:?}", cluster.protocol));
+                    p.report(
+                        Severity::Warning,
+                        "Conflict",
+                        src,
+                        "metadata.annotations[sluice.dev/backend-protocol]",
+                        format!(
+                            "ignored for {key}: the older {first} sets {:?}",
+                            cluster.protocol
+                        ),
+                    );
                 }
                 Some(_) => {}
             }

@@ -24,8 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::annotations;
 use crate::host::parse_rule_host;
 use crate::model::{
-    HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity,
-    VirtualHost,
+    HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity, VirtualHost,
 };
 use crate::path::parse_path;
 use crate::snapshot::{Snapshot, SnapshotParts};
@@ -101,7 +100,11 @@ pub fn ingress_is_ours(world: &World, ing: &Ingress, opts: &TranslateOptions) ->
     {
         return false;
     }
-    if let Some(class) = ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
+    if let Some(class) = ing
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref())
+    {
         return world
             .ingress_classes
             .get(&(String::new(), class.to_string()))
@@ -142,20 +145,37 @@ fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
 }
 
 /// Per-Ingress options from annotations; invalid annotations are reported and ignored.
-fn route_options(ing: &Ingress, src: &ObjectRef, settings: &Settings, p: &mut Problems) -> RouteOptions {
+fn route_options(
+    ing: &Ingress,
+    src: &ObjectRef,
+    settings: &Settings,
+    p: &mut Problems,
+) -> RouteOptions {
     let empty = BTreeMap::new();
     let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
     let ssl_redirect = match annotations::ssl_redirect(ann) {
         Ok(v) => v.unwrap_or(settings.ssl_redirect),
         Err(e) => {
-            p.report(Severity::Warning, "InvalidAnnotation", src, format!("metadata.annotations[{}]", e.name), e.to_string());
+            p.report(
+                Severity::Warning,
+                "InvalidAnnotation",
+                src,
+                format!("metadata.annotations[{}]", e.name),
+                e.to_string(),
+            );
             settings.ssl_redirect
         }
     };
     let hsts = match annotations::hsts(ann) {
         Ok(v) => v,
         Err(e) => {
-            p.report(Severity::Warning, "InvalidAnnotation", src, format!("metadata.annotations[{}]", e.name), e.to_string());
+            p.report(
+                Severity::Warning,
+                "InvalidAnnotation",
+                src,
+                format!("metadata.annotations[{}]", e.name),
+                e.to_string(),
+            );
             None
         }
     };
@@ -181,12 +201,25 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 
     for ing in &ours {
         let src = ingress_ref(ing);
-        let Some(spec) = ing.spec.as_ref() else { continue };
+        let Some(spec) = ing.spec.as_ref() else {
+            continue;
+        };
         let options = route_options(ing, &src, &opts.settings, &mut problems);
-        let protocol = match annotations::backend_protocol(ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new())) {
+        let protocol = match annotations::backend_protocol(
+            ing.metadata
+                .annotations
+                .as_ref()
+                .unwrap_or(&BTreeMap::new()),
+        ) {
             Ok(p) => p,
             Err(e) => {
-                problems.report(Severity::Warning, "InvalidAnnotation", &src, format!("metadata.annotations[{}]", e.name), e.to_string());
+                problems.report(
+                    Severity::Warning,
+                    "InvalidAnnotation",
+                    &src,
+                    format!("metadata.annotations[{}]", e.name),
+                    e.to_string(),
+                );
                 None
             }
         };
@@ -197,15 +230,25 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     "Conflict",
                     &src,
                     "spec.defaultBackend",
-                    format!("ignored: {} is older and also sets a defaultBackend", existing.source),
+                    format!(
+                        "ignored: {} is older and also sets a defaultBackend",
+                        existing.source
+                    ),
                 );
             } else {
-                let action = backends.resolve(&src, "spec.defaultBackend", db, protocol, &mut problems);
+                let action =
+                    backends.resolve(&src, "spec.defaultBackend", db, protocol, &mut problems);
                 default_backend = Some(Route {
-                    path: PathMatch { kind: crate::model::PathKind::Prefix, path: String::new() },
+                    path: PathMatch {
+                        kind: crate::model::PathKind::Prefix,
+                        path: String::new(),
+                    },
                     action,
                     source: src.clone(),
-                    options: RouteOptions { ssl_redirect: false, hsts: options.hsts },
+                    options: RouteOptions {
+                        ssl_redirect: false,
+                        hsts: options.hsts,
+                    },
                 });
             }
         }
@@ -213,7 +256,13 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
             let host = match parse_rule_host(rule.host.as_deref().unwrap_or_default()) {
                 Ok(h) => h,
                 Err(e) => {
-                    problems.report(Severity::Error, "InvalidHost", &src, format!("spec.rules[{ri}].host"), format!("{e}; rule ignored"));
+                    problems.report(
+                        Severity::Error,
+                        "InvalidHost",
+                        &src,
+                        format!("spec.rules[{ri}].host"),
+                        format!("{e}; rule ignored"),
+                    );
                     continue;
                 }
             };
@@ -222,12 +271,24 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 let field = format!("spec.rules[{ri}].http.paths[{pi}]");
                 let path_type = p.path_type.as_str();
                 if path_type.is_empty() {
-                    problems.report(Severity::Warning, "MissingPathType", &src, format!("{field}.pathType"), "pathType is required; treated as ImplementationSpecific (= Prefix)");
+                    problems.report(
+                        Severity::Warning,
+                        "MissingPathType",
+                        &src,
+                        format!("{field}.pathType"),
+                        "pathType is required; treated as ImplementationSpecific (= Prefix)",
+                    );
                 }
                 let path = match parse_path(p.path.as_deref(), path_type) {
                     Ok(m) => m,
                     Err(e) => {
-                        problems.report(Severity::Error, "InvalidPath", &src, format!("{field}.path"), format!("{e}; path ignored"));
+                        problems.report(
+                            Severity::Error,
+                            "InvalidPath",
+                            &src,
+                            format!("{field}.path"),
+                            format!("{e}; path ignored"),
+                        );
                         continue;
                     }
                 };
@@ -247,10 +308,24 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     );
                     continue;
                 }
-                let action = backends.resolve(&src, &format!("{field}.backend"), &p.backend, protocol, &mut problems);
+                let action = backends.resolve(
+                    &src,
+                    &format!("{field}.backend"),
+                    &p.backend,
+                    protocol,
+                    &mut problems,
+                );
                 let mut route_opts = options.clone();
                 route_opts.ssl_redirect &= tls.covers(&host);
-                routes.insert(path.clone(), Route { path, action, source: src.clone(), options: route_opts });
+                routes.insert(
+                    path.clone(),
+                    Route {
+                        path,
+                        action,
+                        source: src.clone(),
+                        options: route_opts,
+                    },
+                );
             }
         }
     }
@@ -258,7 +333,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let virtual_hosts = hosts
         .into_iter()
         .filter(|(_, routes)| !routes.is_empty())
-        .map(|(host, routes)| VirtualHost { host, routes: routes.into_values().collect() })
+        .map(|(host, routes)| VirtualHost {
+            host,
+            routes: routes.into_values().collect(),
+        })
         .collect();
     let (bindings, certificates) = tls.finish(world, &mut problems);
     let mut problems = problems.0;

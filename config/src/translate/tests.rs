@@ -13,6 +13,8 @@ use crate::host::host_matches;
 use crate::model::{ClusterKey, EndpointState, RouteAction};
 use crate::path::{match_rank, path_matches};
 
+type Row<'a> = (&'a [(&'a str, &'a str, &'a str)], &'a str, Option<&'a str>);
+
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()
 }
@@ -20,7 +22,8 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 pub(crate) fn class(name: &str, controller: &str, default: bool) -> IngressClass {
     let mut v = json!({"metadata": {"name": name}, "spec": {"controller": controller}});
     if default {
-        v["metadata"]["annotations"] = json!({"ingressclass.kubernetes.io/is-default-class": "true"});
+        v["metadata"]["annotations"] =
+            json!({"ingressclass.kubernetes.io/is-default-class": "true"});
     }
     from(v)
 }
@@ -30,7 +33,9 @@ pub(crate) fn ingress(ns: &str, name: &str, spec: Value) -> Ingress {
 }
 
 fn ingress_at(ns: &str, name: &str, ts: &str, spec: Value) -> Ingress {
-    from(json!({"metadata": {"namespace": ns, "name": name, "creationTimestamp": ts}, "spec": spec}))
+    from(
+        json!({"metadata": {"namespace": ns, "name": name, "creationTimestamp": ts}, "spec": spec}),
+    )
 }
 
 /// An Ingress of class `sluice` with one rule.
@@ -39,14 +44,24 @@ fn simple(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> Ingress {
         .iter()
         .map(|(path, ty, svc)| json!({"path": path, "pathType": ty, "backend": {"service": {"name": svc, "port": {"number": 80}}}}))
         .collect();
-    ingress("default", name, json!({"ingressClassName": "sluice", "rules": [{"host": host, "http": {"paths": paths}}]}))
+    ingress(
+        "default",
+        name,
+        json!({"ingressClassName": "sluice", "rules": [{"host": host, "http": {"paths": paths}}]}),
+    )
 }
 
 pub(crate) fn service(ns: &str, name: &str, ports: Value) -> Service {
     from(json!({"metadata": {"namespace": ns, "name": name}, "spec": {"ports": ports}}))
 }
 
-pub(crate) fn slice(ns: &str, name: &str, svc: &str, ports: Value, endpoints: Value) -> EndpointSlice {
+pub(crate) fn slice(
+    ns: &str,
+    name: &str,
+    svc: &str,
+    ports: Value,
+    endpoints: Value,
+) -> EndpointSlice {
     from(json!({
         "metadata": {"namespace": ns, "name": name, "labels": {"kubernetes.io/service-name": svc}},
         "addressType": "IPv4", "ports": ports, "endpoints": endpoints,
@@ -57,7 +72,11 @@ fn base_world() -> World {
     let mut w = World::new();
     w.put_ingress_class(class("sluice", DEFAULT_CONTROLLER_NAME, false));
     for svc in ["a", "b", "c", "d"] {
-        w.put_service(service("default", svc, json!([{"port": 80, "name": "http"}])));
+        w.put_service(service(
+            "default",
+            svc,
+            json!([{"port": 80, "name": "http"}]),
+        ));
     }
     w
 }
@@ -78,7 +97,7 @@ fn hit(s: &Snapshot, host: &str, path: &str) -> Option<String> {
 #[test]
 fn kubernetes_path_matching_table() {
     // (rules as (path, type, service), request path, expected service or None)
-    let rows: &[(&[(&str, &str, &str)], &str, Option<&str>)] = &[
+    let rows: &[Row] = &[
         (&[("/", "Prefix", "a")], "/anything/at/all", Some("a")),
         (&[("/foo", "Exact", "a")], "/foo", Some("a")),
         (&[("/foo", "Exact", "a")], "/bar", None),
@@ -94,27 +113,63 @@ fn kubernetes_path_matching_table() {
         (&[("/aaa/bbb", "Prefix", "a")], "/aaa/bbb/", Some("a")),
         (&[("/aaa/bbb", "Prefix", "a")], "/aaa/bbb/ccc", Some("a")),
         (&[("/aaa/bbb", "Prefix", "a")], "/aaa/bbbxyz", None),
-        (&[("/", "Prefix", "a"), ("/aaa", "Prefix", "b")], "/aaa/ccc", Some("b")),
-        (&[("/", "Prefix", "a"), ("/aaa", "Prefix", "b"), ("/aaa/bbb", "Prefix", "c")], "/aaa/bbb", Some("c")),
-        (&[("/", "Prefix", "a"), ("/aaa", "Prefix", "b"), ("/aaa/bbb", "Prefix", "c")], "/ccc", Some("a")),
+        (
+            &[("/", "Prefix", "a"), ("/aaa", "Prefix", "b")],
+            "/aaa/ccc",
+            Some("b"),
+        ),
+        (
+            &[
+                ("/", "Prefix", "a"),
+                ("/aaa", "Prefix", "b"),
+                ("/aaa/bbb", "Prefix", "c"),
+            ],
+            "/aaa/bbb",
+            Some("c"),
+        ),
+        (
+            &[
+                ("/", "Prefix", "a"),
+                ("/aaa", "Prefix", "b"),
+                ("/aaa/bbb", "Prefix", "c"),
+            ],
+            "/ccc",
+            Some("a"),
+        ),
         (&[("/aaa", "Prefix", "a")], "/ccc", None),
-        (&[("/foo", "Prefix", "a"), ("/foo", "Exact", "b")], "/foo", Some("b")),
+        (
+            &[("/foo", "Prefix", "a"), ("/foo", "Exact", "b")],
+            "/foo",
+            Some("b"),
+        ),
         // Not in the table but stated by the spec: ImplementationSpecific behaves as Prefix here.
-        (&[("/foo", "ImplementationSpecific", "a")], "/foo/bar", Some("a")),
+        (
+            &[("/foo", "ImplementationSpecific", "a")],
+            "/foo/bar",
+            Some("a"),
+        ),
         (&[("/foo", "ImplementationSpecific", "a")], "/foobar", None),
     ];
     for (i, (rules, req, want)) in rows.iter().enumerate() {
         let mut w = base_world();
         w.put_ingress(simple("t", "", rules));
         let s = translate(&w, &opts());
-        assert_eq!(hit(&s, "example.com", req).as_deref(), *want, "row {i}: {rules:?} with {req}");
+        assert_eq!(
+            hit(&s, "example.com", req).as_deref(),
+            *want,
+            "row {i}: {rules:?} with {req}"
+        );
         // Same answer with the rules in reverse order.
         let mut rev: Vec<_> = rules.to_vec();
         rev.reverse();
         let mut w = base_world();
         w.put_ingress(simple("t", "", &rev));
         let s = translate(&w, &opts());
-        assert_eq!(hit(&s, "example.com", req).as_deref(), *want, "row {i} reversed");
+        assert_eq!(
+            hit(&s, "example.com", req).as_deref(),
+            *want,
+            "row {i} reversed"
+        );
     }
 }
 
@@ -124,22 +179,42 @@ fn wildcard_and_exact_hosts() {
     w.put_ingress(simple("wild", "*.foo.com", &[("/", "Prefix", "a")]));
     w.put_ingress(simple("exact", "bar.foo.com", &[("/", "Prefix", "b")]));
     let s = translate(&w, &opts());
-    assert_eq!(hit(&s, "bar.foo.com", "/").as_deref(), Some("b"), "exact beats wildcard");
+    assert_eq!(
+        hit(&s, "bar.foo.com", "/").as_deref(),
+        Some("b"),
+        "exact beats wildcard"
+    );
     assert_eq!(hit(&s, "baz.foo.com", "/").as_deref(), Some("a"));
-    assert_eq!(hit(&s, "baz.bar.foo.com", "/"), None, "wildcard covers one label only");
+    assert_eq!(
+        hit(&s, "baz.bar.foo.com", "/"),
+        None,
+        "wildcard covers one label only"
+    );
     assert_eq!(hit(&s, "foo.com", "/"), None);
-    assert_eq!(hit(&s, "BAZ.Foo.COM:8443", "/").as_deref(), Some("a"), "case and port ignored");
+    assert_eq!(
+        hit(&s, "BAZ.Foo.COM:8443", "/").as_deref(),
+        Some("a"),
+        "case and port ignored"
+    );
 }
 
 #[test]
 fn host_with_port_upper_case_and_query_strings() {
     let mut w = base_world();
-    w.put_ingress(simple("t", "Example.com", &[("/app", "Prefix", "a"), ("/exact", "Exact", "b")]));
+    w.put_ingress(simple(
+        "t",
+        "Example.com",
+        &[("/app", "Prefix", "a"), ("/exact", "Exact", "b")],
+    ));
     let s = translate(&w, &opts());
     assert_eq!(hit(&s, "example.com:8080", "/app/x").as_deref(), Some("a"));
     assert_eq!(hit(&s, "EXAMPLE.COM", "/app?x=/y").as_deref(), Some("a"));
     assert_eq!(hit(&s, "example.com", "/exact?q=1").as_deref(), Some("b"));
-    assert_eq!(hit(&s, "example.com.", "/exact").as_deref(), Some("b"), "trailing dot");
+    assert_eq!(
+        hit(&s, "example.com.", "/exact").as_deref(),
+        Some("b"),
+        "trailing dot"
+    );
     assert_eq!(hit(&s, "other.com", "/app"), None);
 }
 
@@ -152,20 +227,51 @@ fn host_less_rules_serve_every_host_and_catch_fallthrough() {
     assert_eq!(hit(&s, "whatever.test", "/x").as_deref(), Some("a"));
     assert_eq!(hit(&s, "", "/x").as_deref(), Some("a"), "no Host at all");
     assert_eq!(hit(&s, "api.example.com", "/api/v1").as_deref(), Some("b"));
-    assert_eq!(hit(&s, "api.example.com", "/other").as_deref(), Some("a"), "falls through to host-less");
+    assert_eq!(
+        hit(&s, "api.example.com", "/other").as_deref(),
+        Some("a"),
+        "falls through to host-less"
+    );
 }
 
 #[test]
 fn rules_merge_across_ingresses_and_conflicts_pick_the_oldest() {
     let mut w = base_world();
     let rule = |svc: &str, path: &str| json!({"ingressClassName": "sluice", "rules": [{"host": "m.example.com", "http": {"paths": [{"path": path, "pathType": "Prefix", "backend": {"service": {"name": svc, "port": {"number": 80}}}}]}}]});
-    w.put_ingress(ingress_at("default", "young", "2024-02-01T00:00:00Z", rule("b", "/")));
-    w.put_ingress(ingress_at("default", "old", "2024-01-01T00:00:00Z", rule("a", "/")));
-    w.put_ingress(ingress_at("default", "other", "2024-03-01T00:00:00Z", rule("c", "/c")));
+    w.put_ingress(ingress_at(
+        "default",
+        "young",
+        "2024-02-01T00:00:00Z",
+        rule("b", "/"),
+    ));
+    w.put_ingress(ingress_at(
+        "default",
+        "old",
+        "2024-01-01T00:00:00Z",
+        rule("a", "/"),
+    ));
+    w.put_ingress(ingress_at(
+        "default",
+        "other",
+        "2024-03-01T00:00:00Z",
+        rule("c", "/c"),
+    ));
     let s = translate(&w, &opts());
-    assert_eq!(hit(&s, "m.example.com", "/").as_deref(), Some("a"), "oldest wins");
-    assert_eq!(hit(&s, "m.example.com", "/c/d").as_deref(), Some("c"), "merged from a third Ingress");
-    let conflicts: Vec<_> = s.problems().iter().filter(|p| p.reason == "Conflict").collect();
+    assert_eq!(
+        hit(&s, "m.example.com", "/").as_deref(),
+        Some("a"),
+        "oldest wins"
+    );
+    assert_eq!(
+        hit(&s, "m.example.com", "/c/d").as_deref(),
+        Some("c"),
+        "merged from a third Ingress"
+    );
+    let conflicts: Vec<_> = s
+        .problems()
+        .iter()
+        .filter(|p| p.reason == "Conflict")
+        .collect();
     assert_eq!(conflicts.len(), 1);
     assert_eq!(conflicts[0].object.name, "young");
     // Same timestamps: namespace/name decides.
@@ -198,7 +304,10 @@ fn ingress_class_selection() {
     w.put_ingress(with("foreign.test", json!({"class": "nginx"})));
     w.put_ingress(with("missing-class.test", json!({"class": "nope"})));
     w.put_ingress(with("annotation.test", json!({"annotation": "sluice"})));
-    w.put_ingress(with("foreign-annotation.test", json!({"annotation": "nginx"})));
+    w.put_ingress(with(
+        "foreign-annotation.test",
+        json!({"annotation": "nginx"}),
+    ));
     w.put_ingress(with("classless.test", json!({})));
     let s = translate(&w, &opts());
     assert!(hit(&s, "field.test", "/").is_some());
@@ -206,7 +315,10 @@ fn ingress_class_selection() {
     assert!(hit(&s, "foreign.test", "/").is_none());
     assert!(hit(&s, "missing-class.test", "/").is_none());
     assert!(hit(&s, "foreign-annotation.test", "/").is_none());
-    assert!(hit(&s, "classless.test", "/").is_none(), "the default class is not ours");
+    assert!(
+        hit(&s, "classless.test", "/").is_none(),
+        "the default class is not ours"
+    );
     // Make ours the default: class-less Ingresses become ours, annotated foreign ones stay foreign.
     w.put_ingress_class(class("nginx", "k8s.io/ingress-nginx", false));
     w.put_ingress_class(class("sluice", DEFAULT_CONTROLLER_NAME, true));
@@ -223,16 +335,34 @@ fn two_port_world() -> World {
         json!([{"name": "http", "port": 8080}, {"name": "admin", "port": 9090}]),
         json!([{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": true}}])));
     // A second slice repeats 10.0.0.2 and adds 10.0.0.3 with a different target port number.
-    w.put_endpoint_slice(slice("default", "web-2", "web",
+    w.put_endpoint_slice(slice(
+        "default",
+        "web-2",
+        "web",
         json!([{"name": "http", "port": 8080}]),
-        json!([{"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.3", "10.9.9.9"]}])));
-    w.put_endpoint_slice(slice("default", "web-fqdn", "web", json!([{"name": "http", "port": 8080}]), json!([{"addresses": ["pod.example"]}])));
+        json!([{"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.3", "10.9.9.9"]}]),
+    ));
+    w.put_endpoint_slice(slice(
+        "default",
+        "web-fqdn",
+        "web",
+        json!([{"name": "http", "port": 8080}]),
+        json!([{"addresses": ["pod.example"]}]),
+    ));
     w
 }
 
 fn addrs(s: &Snapshot, svc: &str, port: u16) -> Vec<(String, EndpointState)> {
-    let key = ClusterKey { namespace: "default".into(), service: svc.into(), port };
-    s.clusters()[&key].endpoints.iter().map(|e| (e.addr.to_string(), e.state)).collect()
+    let key = ClusterKey {
+        namespace: "default".into(),
+        service: svc.into(),
+        port,
+    };
+    s.clusters()[&key]
+        .endpoints
+        .iter()
+        .map(|e| (e.addr.to_string(), e.state))
+        .collect()
 }
 
 #[test]
@@ -247,16 +377,48 @@ fn ports_by_name_and_number_share_a_pool_and_slices_join() {
     let s = translate(&w, &opts());
     assert_eq!(hit(&s, "p.test", "/num").as_deref(), Some("web"));
     assert_eq!(hit(&s, "p.test", "/name").as_deref(), Some("web"));
-    assert_eq!(s.clusters().len(), 2, "number 80 and name http are one pool; admin another");
+    assert_eq!(
+        s.clusters().len(),
+        2,
+        "number 80 and name http are one pool; admin another"
+    );
     use EndpointState::Ready;
-    assert_eq!(addrs(&s, "web", 80), vec![("10.0.0.1:8080".into(), Ready), ("10.0.0.2:8080".into(), Ready), ("10.0.0.3:8080".into(), Ready)]);
-    assert_eq!(addrs(&s, "web", 9000), vec![("10.0.0.1:9090".into(), Ready), ("10.0.0.2:9090".into(), Ready)], "port matched per slice by name");
-    let key = ClusterKey { namespace: "default".into(), service: "web".into(), port: 9000 };
-    assert_eq!(s.clusters()[&key].protocol, crate::model::UpstreamProtocol::H2c);
+    assert_eq!(
+        addrs(&s, "web", 80),
+        vec![
+            ("10.0.0.1:8080".into(), Ready),
+            ("10.0.0.2:8080".into(), Ready),
+            ("10.0.0.3:8080".into(), Ready)
+        ]
+    );
+    assert_eq!(
+        addrs(&s, "web", 9000),
+        vec![
+            ("10.0.0.1:9090".into(), Ready),
+            ("10.0.0.2:9090".into(), Ready)
+        ],
+        "port matched per slice by name"
+    );
+    let key = ClusterKey {
+        namespace: "default".into(),
+        service: "web".into(),
+        port: 9000,
+    };
+    assert_eq!(
+        s.clusters()[&key].protocol,
+        crate::model::UpstreamProtocol::H2c
+    );
     assert!(hit(&s, "p.test", "/bad").is_some_and(|h| h.starts_with("503:")));
-    assert!(s.problems().iter().any(|p| p.reason == "ServicePortNotFound" && p.field.contains("paths[3]")));
+    assert!(
+        s.problems()
+            .iter()
+            .any(|p| p.reason == "ServicePortNotFound" && p.field.contains("paths[3]"))
+    );
     // The fast path computes the same endpoint list.
-    assert_eq!(cluster_endpoints(&w, &key).unwrap(), s.clusters()[&key].endpoints);
+    assert_eq!(
+        cluster_endpoints(&w, &key).unwrap(),
+        s.clusters()[&key].endpoints
+    );
 }
 
 #[test]
@@ -273,17 +435,35 @@ fn ready_serving_terminating_fallback() {
     w.put_ingress(simple("t", "t.test", &[("/", "Prefix", "t")]));
     let s = translate(&w, &opts());
     use EndpointState::{Draining, Ready};
-    assert_eq!(addrs(&s, "t", 80), vec![("10.0.0.1:8080".into(), Ready), ("10.0.0.2:8080".into(), Draining)]);
+    assert_eq!(
+        addrs(&s, "t", 80),
+        vec![
+            ("10.0.0.1:8080".into(), Ready),
+            ("10.0.0.2:8080".into(), Draining)
+        ]
+    );
 }
 
 #[test]
 fn missing_service_answers_503_and_is_reported() {
     let mut w = base_world();
-    w.put_ingress(simple("m", "m.test", &[("/", "Prefix", "ghost"), ("/ok", "Prefix", "a")]));
+    w.put_ingress(simple(
+        "m",
+        "m.test",
+        &[("/", "Prefix", "ghost"), ("/ok", "Prefix", "a")],
+    ));
     let s = translate(&w, &opts());
     assert!(hit(&s, "m.test", "/").is_some_and(|h| h.starts_with("503:")));
-    assert_eq!(hit(&s, "m.test", "/ok").as_deref(), Some("a"), "the rest keeps serving");
-    let p = s.problems().iter().find(|p| p.reason == "ServiceNotFound").unwrap();
+    assert_eq!(
+        hit(&s, "m.test", "/ok").as_deref(),
+        Some("a"),
+        "the rest keeps serving"
+    );
+    let p = s
+        .problems()
+        .iter()
+        .find(|p| p.reason == "ServiceNotFound")
+        .unwrap();
     assert_eq!(p.object.name, "m");
     assert!(p.to_string().contains("default/ghost"), "{p}");
 }
@@ -292,7 +472,9 @@ const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END 
 const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n";
 
 fn secret(name: &str, ty: &str, crt: &str, key: &str) -> Secret {
-    from(json!({"metadata": {"namespace": "default", "name": name}, "type": ty, "stringData": {"tls.crt": crt, "tls.key": key}}))
+    from(
+        json!({"metadata": {"namespace": "default", "name": name}, "type": ty, "stringData": {"tls.crt": crt, "tls.key": key}}),
+    )
 }
 
 #[test]
@@ -301,10 +483,21 @@ fn tls_bindings_and_bad_secrets() {
     w.put_secret(secret("good", "kubernetes.io/tls", CERT, KEY));
     w.put_secret(secret("nokey", "kubernetes.io/tls", CERT, ""));
     w.put_secret(secret("opaque", "Opaque", CERT, KEY));
-    w.put_secret(secret("garbage", "kubernetes.io/tls", "not pem at all", KEY));
-    let tls_ing = |name: &str, host: &str, secret: &str| ingress("default", name, json!({"ingressClassName": "sluice",
+    w.put_secret(secret(
+        "garbage",
+        "kubernetes.io/tls",
+        "not pem at all",
+        KEY,
+    ));
+    let tls_ing = |name: &str, host: &str, secret: &str| {
+        ingress(
+            "default",
+            name,
+            json!({"ingressClassName": "sluice",
         "tls": [{"hosts": [host], "secretName": secret}],
-        "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "a", "port": {"number": 80}}}}]}}]}));
+        "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "a", "port": {"number": 80}}}}]}}]}),
+        )
+    };
     w.put_ingress(tls_ing("g", "good.test", "good"));
     w.put_ingress(tls_ing("n", "nokey.test", "nokey"));
     w.put_ingress(tls_ing("o", "opaque.test", "opaque"));
@@ -315,7 +508,13 @@ fn tls_bindings_and_bad_secrets() {
     assert_eq!(s.certificates().len(), 1);
     assert!(s.certificates().keys().all(|k| k.name == "good"));
     for name in ["nokey", "opaque", "garbage"] {
-        assert!(s.problems().iter().any(|p| p.reason == "InvalidSecret" && p.object.name == name), "{name}: {:?}", s.problems());
+        assert!(
+            s.problems()
+                .iter()
+                .any(|p| p.reason == "InvalidSecret" && p.object.name == name),
+            "{name}: {:?}",
+            s.problems()
+        );
     }
     assert!(s.problems().iter().any(|p| p.reason == "SecretNotFound"));
     // Routing goes on for every host; TLS hosts redirect by default.
@@ -337,7 +536,11 @@ fn ssl_redirect_annotation_and_default_backend() {
     let r = s.route("r.test", "/").unwrap();
     assert!(!r.options.ssl_redirect);
     assert_eq!(r.options.hsts.map(|h| h.max_age), Some(60));
-    assert_eq!(hit(&s, "unknown.test", "/x").as_deref(), Some("d"), "defaultBackend");
+    assert_eq!(
+        hit(&s, "unknown.test", "/x").as_deref(),
+        Some("d"),
+        "defaultBackend"
+    );
 }
 
 #[test]
@@ -354,8 +557,17 @@ fn invalid_pieces_are_dropped_and_reported() {
     let s = translate(&w, &opts());
     assert_eq!(hit(&s, "ok.test", "/good").as_deref(), Some("b"));
     let reasons: Vec<_> = s.problems().iter().map(|p| p.reason).collect();
-    assert!(reasons.contains(&"InvalidHost") && reasons.contains(&"InvalidPath"), "{reasons:?}");
-    assert_eq!(s.problems().iter().filter(|p| p.reason == "InvalidPath").count(), 2);
+    assert!(
+        reasons.contains(&"InvalidHost") && reasons.contains(&"InvalidPath"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        s.problems()
+            .iter()
+            .filter(|p| p.reason == "InvalidPath")
+            .count(),
+        2
+    );
 }
 
 // ---- property tests ----
@@ -408,7 +620,9 @@ fn reference(rules: &[(String, String, String, String)], host: &str, path: &str)
     for lvl in 0..3 {
         let best = defined
             .iter()
-            .filter(|(hm, pm, _)| level(hm) == lvl && host_matches(hm, host) && path_matches(pm, path))
+            .filter(|(hm, pm, _)| {
+                level(hm) == lvl && host_matches(hm, host) && path_matches(pm, path)
+            })
             .max_by_key(|(_, pm, _)| match_rank(pm));
         if let Some((_, _, s)) = best {
             return Some(s.clone());
@@ -456,7 +670,13 @@ fn equal_input_gives_equal_snapshot_and_changes_are_seen() {
     let build = |port: i32| {
         let mut w = two_port_world();
         w.put_ingress(simple("e", "e.test", &[("/", "Prefix", "web")]));
-        w.put_endpoint_slice(slice("default", "web-3", "web", json!([{"name": "http", "port": port}]), json!([{"addresses": ["10.1.1.1"]}])));
+        w.put_endpoint_slice(slice(
+            "default",
+            "web-3",
+            "web",
+            json!([{"name": "http", "port": port}]),
+            json!([{"addresses": ["10.1.1.1"]}]),
+        ));
         translate(&w, &opts())
     };
     assert!(build(8080) == build(8080));
@@ -464,5 +684,9 @@ fn equal_input_gives_equal_snapshot_and_changes_are_seen() {
     assert!(build(8080) != build(8081));
     let s = build(8080);
     let a: SocketAddr = "10.1.1.1:8080".parse().unwrap();
-    assert!(s.clusters().values().any(|c| c.endpoints.iter().any(|e| e.addr == a)));
+    assert!(
+        s.clusters()
+            .values()
+            .any(|c| c.endpoints.iter().any(|e| e.addr == a))
+    );
 }

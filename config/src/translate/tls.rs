@@ -33,31 +33,57 @@ pub(super) fn collect(world: &World, ours: &[&Ingress], p: &mut Problems) -> Tls
         for (ti, tls) in spec.tls.iter().flatten().enumerate() {
             let listed: Vec<String> = match tls.hosts.as_deref() {
                 Some(h) if !h.is_empty() => h.to_vec(),
-                _ => spec.rules.iter().flatten().filter_map(|r| r.host.clone()).filter(|h| !h.is_empty()).collect(),
+                _ => spec
+                    .rules
+                    .iter()
+                    .flatten()
+                    .filter_map(|r| r.host.clone())
+                    .filter(|h| !h.is_empty())
+                    .collect(),
             };
             for (hi, raw) in listed.iter().enumerate() {
                 let host = match parse_rule_host(raw) {
                     Ok(HostMatch::Any) => continue,
                     Ok(h) => h.to_string(),
                     Err(e) => {
-                        p.report(Severity::Error, "InvalidHost", &src, format!("spec.tls[{ti}].hosts[{hi}]"), format!("{e}; ignored"));
+                        p.report(
+                            Severity::Error,
+                            "InvalidHost",
+                            &src,
+                            format!("spec.tls[{ti}].hosts[{hi}]"),
+                            format!("{e}; ignored"),
+                        );
                         continue;
                     }
                 };
-                let binding = tls.secret_name.as_ref().filter(|s| !s.is_empty()).map(|s| TlsBinding {
-                    host: host.clone(),
-                    secret: ObjectRef::new("Secret", src.namespace.clone(), s.clone()),
-                    source: src.clone(),
-                });
+                let binding =
+                    tls.secret_name
+                        .as_ref()
+                        .filter(|s| !s.is_empty())
+                        .map(|s| TlsBinding {
+                            host: host.clone(),
+                            secret: ObjectRef::new("Secret", src.namespace.clone(), s.clone()),
+                            source: src.clone(),
+                        });
                 match hosts.get(&host) {
                     None => {
                         hosts.insert(host, binding);
                     }
                     Some(existing) => {
-                        let same = existing.as_ref().map(|b| &b.secret) == binding.as_ref().map(|b| &b.secret);
+                        let same = existing.as_ref().map(|b| &b.secret)
+                            == binding.as_ref().map(|b| &b.secret);
                         if !same {
-                            let by = existing.as_ref().map_or_else(|| "an older Ingress".to_string(), |b| b.source.to_string());
-                            p.report(Severity::Warning, "Conflict", &src, format!("spec.tls[{ti}]"), format!("TLS for host {host} is already set by {by}; ignored here"));
+                            let by = existing.as_ref().map_or_else(
+                                || "an older Ingress".to_string(),
+                                |b| b.source.to_string(),
+                            );
+                            p.report(
+                                Severity::Warning,
+                                "Conflict",
+                                &src,
+                                format!("spec.tls[{ti}]"),
+                                format!("TLS for host {host} is already set by {by}; ignored here"),
+                            );
                         }
                     }
                 }
@@ -76,7 +102,12 @@ fn secret_data<'a>(s: &'a Secret, key: &str) -> Option<&'a [u8]> {
         .as_ref()
         .and_then(|d| d.get(key))
         .map(|b| b.0.as_slice())
-        .or_else(|| s.string_data.as_ref().and_then(|d| d.get(key)).map(|v| v.as_bytes()))
+        .or_else(|| {
+            s.string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|v| v.as_bytes())
+        })
 }
 
 impl TlsHosts {
@@ -92,7 +123,8 @@ impl TlsHosts {
     /// Checks the named Secrets and returns bindings plus valid certificates.
     pub(super) fn finish(self, world: &World, p: &mut Problems) -> (Vec<TlsBinding>, Certificates) {
         let bindings: Vec<TlsBinding> = self.hosts.into_values().flatten().collect();
-        let secrets: BTreeSet<(&ObjectRef, &ObjectRef)> = bindings.iter().map(|b| (&b.secret, &b.source)).collect();
+        let secrets: BTreeSet<(&ObjectRef, &ObjectRef)> =
+            bindings.iter().map(|b| (&b.secret, &b.source)).collect();
         let mut certs = Certificates::new();
         let mut seen = BTreeSet::new();
         for (secret, source) in secrets {
@@ -100,8 +132,19 @@ impl TlsHosts {
                 continue;
             }
             let field = format!("spec.tls (secretName {})", secret.name);
-            let Some(s) = world.secrets.get(&(secret.namespace.clone(), secret.name.clone())) else {
-                p.report(Severity::Error, "SecretNotFound", source, field, format!("{secret} not found; its hosts use the last good or the default certificate"));
+            let Some(s) = world
+                .secrets
+                .get(&(secret.namespace.clone(), secret.name.clone()))
+            else {
+                p.report(
+                    Severity::Error,
+                    "SecretNotFound",
+                    source,
+                    field,
+                    format!(
+                        "{secret} not found; its hosts use the last good or the default certificate"
+                    ),
+                );
                 continue;
             };
             let ty = s.type_.as_deref().unwrap_or("Opaque");
@@ -113,7 +156,13 @@ impl TlsHosts {
                 Ok(pem) => {
                     certs.insert(secret.clone(), Arc::new(pem));
                 }
-                Err(e) => p.report(Severity::Error, "InvalidSecret", secret, "data", format!("{e}; its hosts use the last good or the default certificate")),
+                Err(e) => p.report(
+                    Severity::Error,
+                    "InvalidSecret",
+                    secret,
+                    "data",
+                    format!("{e}; its hosts use the last good or the default certificate"),
+                ),
             }
         }
         (bindings, certs)
