@@ -5,7 +5,7 @@
 //! hit?" is answerable in a unit test, and the data plane can compare two snapshots to skip work.
 //!
 //! The translation follows the Ingress v1 specification (and KEP-1453 for path types and wildcard
-//! hosts) exactly; see [`translate`] for the details and the choices made where the specification
+//! hosts) exactly; see [`mod@translate`] for the details and the choices made where the specification
 //! leaves room.
 #![forbid(unsafe_code)]
 

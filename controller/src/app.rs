@@ -134,7 +134,9 @@ impl Running {
         let mut https_addr = None;
         if let Some(a) = https {
             let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
-            https_addr = Some(l.local_addr()?);
+            let bound = l.local_addr()?;
+            dp.set_https_port(bound.port());
+            https_addr = Some(bound);
             let cfg = sluice_proxy::tls::server_config(
                 dp.cert_store(),
                 &TlsOptions {

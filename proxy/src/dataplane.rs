@@ -3,7 +3,7 @@
 //! never touch.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -62,6 +62,7 @@ pub struct DataPlane {
     draining: AtomicBool,
     generation: AtomicU64,
     last_apply_unix_ms: AtomicU64,
+    https_port: AtomicU16,
 }
 
 fn unix_ms() -> u64 {
@@ -81,6 +82,7 @@ impl DataPlane {
             Some(c) => c,
             None => crate::tls::self_signed_default()?,
         };
+        let settings_https_port = settings.https_port;
         Ok(Arc::new(Self {
             routes: ArcSwap::from_pointee(RouteTable::empty()),
             certs: Arc::new(ArcSwap::from_pointee(CertStore::new(default_cert.clone()))),
@@ -99,6 +101,7 @@ impl DataPlane {
             draining: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             last_apply_unix_ms: AtomicU64::new(0),
+            https_port: AtomicU16::new(settings_https_port),
         }))
     }
 
@@ -286,6 +289,16 @@ impl DataPlane {
     /// Problems from loading certificates in the last apply.
     pub fn tls_problems(&self) -> Vec<TlsProblem> {
         self.control().tls_problems.clone()
+    }
+
+    /// The port HTTP → HTTPS redirects point at (the bound HTTPS port).
+    pub fn https_port(&self) -> u16 {
+        self.https_port.load(Ordering::Relaxed)
+    }
+
+    /// Records the bound HTTPS port (known only after binding port 0 or a configured port).
+    pub fn set_https_port(&self, port: u16) {
+        self.https_port.store(port, Ordering::Relaxed);
     }
 
     /// Marks listeners bound (part of readiness).

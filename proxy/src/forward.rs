@@ -213,7 +213,7 @@ async fn route(
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        return redirect(&host, req.uri(), dp.settings.https_port);
+        return redirect(&host, req.uri(), dp.https_port());
     }
     let cluster = match &action.target {
         Target::Unavailable(body) => return local(StatusCode::SERVICE_UNAVAILABLE, body.clone()),

@@ -327,3 +327,41 @@ impl Load {
         total
     }
 }
+
+/// YAML for a `kubernetes.io/tls` Secret.
+pub fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> String {
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(cert_pem),
+        indent(key_pem)
+    )
+}
+
+/// YAML for an Ingress with TLS for `host` from `secret` and extra annotations.
+pub fn tls_ingress(
+    name: &str,
+    host: &str,
+    secret: &str,
+    svc: &str,
+    annotations: &[(&str, &str)],
+) -> String {
+    let mut ann = String::new();
+    if !annotations.is_empty() {
+        ann.push_str("  annotations:\n");
+        for (k, v) in annotations {
+            let _ = writeln!(ann, "    {k}: \"{v}\"");
+        }
+    }
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: default\n{ann}spec:\n  ingressClassName: sluice\n  tls:\n  - hosts: [\"{host}\"]\n    secretName: {secret}\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service:\n            name: {svc}\n            port:\n              number: 80\n"
+    )
+}
+
+/// A self-signed certificate and PKCS#8 key (PEM) for these names.
+pub fn self_signed(names: &[&str]) -> (String, String) {
+    let ck =
+        rcgen::generate_simple_self_signed(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    (ck.cert.pem(), ck.signing_key.serialize_pem())
+}
