@@ -114,6 +114,12 @@ impl World {
         vec![svc]
     }
 
+    /// Removes every EndpointSlice (before a re-list replaces them all).
+    pub fn clear_endpoint_slices(&mut self) {
+        self.endpoint_slices.clear();
+        self.slices_by_service.clear();
+    }
+
     /// The EndpointSlices of a Service, in name order.
     pub fn slices_for<'a>(
         &'a self,

@@ -47,6 +47,10 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             },
             ssl_redirect: c.ssl_redirect,
         },
+        default_certificate: c
+            .default_ssl_certificate
+            .as_deref()
+            .and_then(|v| parse_object_ref("Secret", v).ok()),
     }
 }
 

@@ -365,3 +365,125 @@ pub fn self_signed(names: &[&str]) -> (String, String) {
             .unwrap();
     (ck.cert.pem(), ck.signing_key.serialize_pem())
 }
+pub mod fake_api;
+
+/// Parses multi-document YAML into JSON values (for the fake API server).
+pub fn yaml_objects(yaml: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// A kube client for the fake API server.
+pub fn kube_client(fake: &fake_api::FakeApi) -> kube::Client {
+    let cfg = kube::Config::new(fake.url().parse().unwrap());
+    kube::Client::try_from(cfg).unwrap()
+}
+
+/// Starts `sluice controller` in-process against the fake, with fast leader-election timing.
+pub async fn controller(
+    fake: &fake_api::FakeApi,
+    identity: &str,
+    extra: &[&str],
+) -> sluice::controller::Controlling {
+    let mut argv: Vec<String> = [
+        "sluice",
+        "controller",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--https-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--publish-status-address",
+        "10.1.2.3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let cli = sluice::cli::Cli::try_parse_from(argv).unwrap();
+    let sluice::cli::Command::Controller(args) = cli.command else {
+        panic!("not controller")
+    };
+    let timing = sluice::controller::leader::Timing {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+    };
+    sluice::controller::start(&args, kube_client(fake), identity.to_string(), timing)
+        .await
+        .unwrap()
+}
+
+/// Serial (hex, as x509-parser prints it) of a PEM certificate.
+pub fn pem_serial(pem: &str) -> String {
+    let der = rustls_pem_first(pem);
+    let (_, c) = x509_parser::parse_x509_certificate(&der).unwrap();
+    c.raw_serial_as_string()
+}
+
+fn rustls_pem_first(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// Serial of the certificate a TLS server presents for `sni` (no verification).
+pub async fn tls_serial(addr: SocketAddr, sni: &str) -> Option<String> {
+    use std::sync::Arc;
+    #[derive(Debug)]
+    struct Any;
+    impl rustls::client::danger::ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            sluice_proxy::tls::provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(sluice_proxy::tls::provider()))
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Any))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).ok()?;
+    let s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .ok()?;
+    let der = s.get_ref().1.peer_certificates()?.first()?.clone();
+    let (_, c) = x509_parser::parse_x509_certificate(&der).ok()?;
+    Some(c.raw_serial_as_string())
+}

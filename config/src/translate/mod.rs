@@ -48,6 +48,9 @@ pub struct TranslateOptions {
     pub watch_namespace: Option<String>,
     /// Global settings copied into the snapshot.
     pub settings: Settings,
+    /// Secret whose certificate is served for unknown or missing SNI (`--default-ssl-certificate`);
+    /// its certificate is carried in the snapshot's certificates.
+    pub default_certificate: Option<ObjectRef>,
 }
 
 impl Default for TranslateOptions {
@@ -57,6 +60,7 @@ impl Default for TranslateOptions {
             ingress_class: DEFAULT_INGRESS_CLASS.to_string(),
             watch_namespace: None,
             settings: Settings::default(),
+            default_certificate: None,
         }
     }
 }
@@ -338,7 +342,19 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
             routes: routes.into_values().collect(),
         })
         .collect();
-    let (bindings, certificates) = tls.finish(world, &mut problems);
+    let (bindings, mut certificates) = tls.finish(world, &mut problems);
+    if let Some(secret) = &opts.default_certificate
+        && !certificates.contains_key(secret)
+        && let Some(pem) = tls::load_secret(
+            world,
+            secret,
+            secret,
+            "--default-ssl-certificate",
+            &mut problems,
+        )
+    {
+        certificates.insert(secret.clone(), pem);
+    }
     let mut problems = problems.0;
     problems.sort();
     problems.dedup();

@@ -132,39 +132,59 @@ impl TlsHosts {
                 continue;
             }
             let field = format!("spec.tls (secretName {})", secret.name);
-            let Some(s) = world
-                .secrets
-                .get(&(secret.namespace.clone(), secret.name.clone()))
-            else {
-                p.report(
-                    Severity::Error,
-                    "SecretNotFound",
-                    source,
-                    field,
-                    format!(
-                        "{secret} not found; its hosts use the last good or the default certificate"
-                    ),
-                );
-                continue;
-            };
-            let ty = s.type_.as_deref().unwrap_or("Opaque");
-            if ty != TLS_SECRET_TYPE {
-                p.report(Severity::Error, "InvalidSecret", secret, "type", format!("type is {ty:?}, expected {TLS_SECRET_TYPE:?}; its hosts use the last good or the default certificate"));
-                continue;
-            }
-            match check_pem(secret_data(s, "tls.crt"), secret_data(s, "tls.key")) {
-                Ok(pem) => {
-                    certs.insert(secret.clone(), Arc::new(pem));
-                }
-                Err(e) => p.report(
-                    Severity::Error,
-                    "InvalidSecret",
-                    secret,
-                    "data",
-                    format!("{e}; its hosts use the last good or the default certificate"),
-                ),
+            if let Some(pem) = load_secret(world, secret, source, &field, p) {
+                certs.insert(secret.clone(), pem);
             }
         }
         (bindings, certs)
+    }
+}
+
+/// Reads and checks one TLS Secret; a missing Secret is reported on `source`/`field`, an invalid
+/// one on the Secret itself.
+pub(super) fn load_secret(
+    world: &World,
+    secret: &ObjectRef,
+    source: &ObjectRef,
+    field: &str,
+    p: &mut Problems,
+) -> Option<Arc<crate::model::CertificatePem>> {
+    const KEEP: &str = "its hosts use the last good or the default certificate";
+    let Some(s) = world
+        .secrets
+        .get(&(secret.namespace.clone(), secret.name.clone()))
+    else {
+        p.report(
+            Severity::Error,
+            "SecretNotFound",
+            source,
+            field,
+            format!("{secret} not found; {KEEP}"),
+        );
+        return None;
+    };
+    let ty = s.type_.as_deref().unwrap_or("Opaque");
+    if ty != TLS_SECRET_TYPE {
+        p.report(
+            Severity::Error,
+            "InvalidSecret",
+            secret,
+            "type",
+            format!("type is {ty:?}, expected {TLS_SECRET_TYPE:?}; {KEEP}"),
+        );
+        return None;
+    }
+    match check_pem(secret_data(s, "tls.crt"), secret_data(s, "tls.key")) {
+        Ok(pem) => Some(Arc::new(pem)),
+        Err(e) => {
+            p.report(
+                Severity::Error,
+                "InvalidSecret",
+                secret,
+                "data",
+                format!("{e}; {KEEP}"),
+            );
+            None
+        }
     }
 }

@@ -1,8 +1,179 @@
-//! `sluice controller`: Kubernetes mode.
+//! `sluice controller`: Kubernetes mode. Reflectors feed one rebuild loop that drives the same
+//! data plane as `serve`; the elected leader writes Ingress status and Events. All replicas serve.
 
+pub mod leader;
+pub mod rebuild;
+pub mod status;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::Client;
+use tokio::sync::{mpsc, watch as wch};
+use tokio::task::JoinHandle;
+
+use crate::app::{Defaults, Running, translate_options};
 use crate::cli::ControllerArgs;
+use leader::{Elector, KubeLeases, Timing};
+use rebuild::{Published, Rebuilder, problem_set};
+use status::AddressSource;
 
-/// Runs the controller until SIGTERM.
-pub async fn run(_args: ControllerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("controller mode is under construction in this build; use `sluice serve`")
+/// Default addresses in a cluster.
+pub const DEFAULTS: Defaults = Defaults {
+    http: "0.0.0.0:80",
+    https: "0.0.0.0:443",
+};
+
+/// A running controller.
+#[derive(Debug)]
+pub struct Controlling {
+    /// Data plane and listeners.
+    pub running: Running,
+    /// Whether this instance leads.
+    pub leader: wch::Receiver<bool>,
+    /// What the rebuild loop last published.
+    pub published: wch::Receiver<Published>,
+    stop: wch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    elector: JoinHandle<()>,
+}
+
+/// This instance's identity for leader election.
+pub fn identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("sluice-{}-{:08x}", std::process::id(), fastrand_u32()))
+}
+
+fn fastrand_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
+
+/// Starts the controller against `client`.
+pub async fn start(
+    args: &ControllerArgs,
+    client: Client,
+    identity: String,
+    timing: Timing,
+) -> anyhow::Result<Controlling> {
+    let running = Running::start(&args.common, DEFAULTS, None).await?;
+    let opts = translate_options(&args.common);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let stores = watch::start(&client, args.common.watch_namespace.as_deref(), tx);
+    let (published_tx, published) = wch::channel(Published::default());
+    let (changed_tx, changed) = wch::channel(0u64);
+    let rebuilder = Rebuilder::new(opts.clone(), running.dp.clone(), published_tx, changed_tx);
+    let mut tasks = vec![tokio::spawn(rebuild::run(rebuilder, rx))];
+
+    let (leader_tx, leader) = wch::channel(false);
+    let (stop, stop_rx) = wch::channel(false);
+    let pod_ns = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let lease_ns = args
+        .election_namespace
+        .clone()
+        .or_else(|| pod_ns.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let elector = Elector::new(
+        KubeLeases::new(client.clone(), &lease_ns, &args.election_id),
+        &args.election_id,
+        &identity,
+        timing,
+    );
+    let elector = tokio::spawn(elector.run(leader_tx, stop_rx));
+
+    let src = if !args.publish_status_address.is_empty() {
+        AddressSource::Fixed(args.publish_status_address.clone())
+    } else if let (Some(namespace), Ok(pod)) = (pod_ns, std::env::var("POD_NAME")) {
+        AddressSource::Nodes { namespace, pod }
+    } else {
+        AddressSource::None
+    };
+    tasks.push(tokio::spawn(status::run(
+        client.clone(),
+        stores.ingresses.clone(),
+        stores.classes.clone(),
+        opts,
+        src,
+        leader.clone(),
+        changed,
+        Duration::from_secs(60),
+    )));
+    tasks.push(tokio::spawn(report_problems(
+        client,
+        published.clone(),
+        leader.clone(),
+        identity,
+    )));
+    Ok(Controlling {
+        running,
+        leader,
+        published,
+        stop,
+        tasks,
+        elector,
+    })
+}
+
+/// Logs every new problem on every replica; the leader also records it as an Event.
+async fn report_problems(
+    client: Client,
+    mut published: wch::Receiver<Published>,
+    leader: wch::Receiver<bool>,
+    identity: String,
+) {
+    let mut seen = BTreeMap::new();
+    while published.changed().await.is_ok() {
+        let problems = published.borrow_and_update().problems.clone();
+        let now = problem_set(&problems);
+        for (k, p) in &now {
+            if seen.contains_key(k) {
+                continue;
+            }
+            tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
+            if *leader.borrow() {
+                status::emit_event(&client, p, &identity).await;
+            }
+        }
+        seen = now;
+    }
+}
+
+impl Controlling {
+    /// Releases leadership, stops the loops and drains the listeners.
+    pub async fn shutdown(self, deadline: Duration) -> bool {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.elector).await;
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.running.shutdown(deadline).await
+    }
+
+    /// Stops abruptly without releasing the lease (a crashed replica).
+    pub fn kill(self) {
+        self.elector.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Connects to the API server (KUBECONFIG, or in-cluster) and runs until SIGTERM/SIGINT.
+pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    let config = kube::Config::infer()
+        .await
+        .context("finding the Kubernetes API server (set KUBECONFIG, or run in a pod)")?;
+    tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
+    let client = Client::try_from(config).context("creating the Kubernetes client")?;
+    let c = start(&args, client, identity(), Timing::default()).await?;
+    crate::app::termination().await;
+    tracing::info!("shutdown requested");
+    c.shutdown(args.common.shutdown_deadline()).await;
+    Ok(())
 }

@@ -1,0 +1,251 @@
+//! Ingress status (leader only) and Kubernetes Events for reported problems.
+//!
+//! The leader writes `status.loadBalancer.ingress` of our Ingresses — only when it differs, so a
+//! write's own MODIFIED event changes nothing — and clears it on Ingresses that stop being ours
+//! (when they still carry exactly our addresses).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::api::networking::v1::{Ingress, IngressLoadBalancerIngress};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use serde_json::json;
+use sluice_config::translate::ingress_is_ours;
+use sluice_config::{Problem, Severity, TranslateOptions, World};
+use tokio::sync::watch;
+
+/// Where the published addresses come from.
+#[derive(Debug, Clone)]
+pub enum AddressSource {
+    /// `--publish-status-address`.
+    Fixed(Vec<String>),
+    /// Node addresses of the pods of our DaemonSet (found through our own pod's labels).
+    Nodes {
+        /// `POD_NAMESPACE`.
+        namespace: String,
+        /// `POD_NAME`.
+        pod: String,
+    },
+    /// Nothing known: no status is written.
+    None,
+}
+
+fn entry(a: &str) -> IngressLoadBalancerIngress {
+    if a.parse::<IpAddr>().is_ok() {
+        IngressLoadBalancerIngress {
+            ip: Some(a.to_string()),
+            ..Default::default()
+        }
+    } else {
+        IngressLoadBalancerIngress {
+            hostname: Some(a.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+fn current(i: &Ingress) -> Vec<IngressLoadBalancerIngress> {
+    i.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.clone())
+        .unwrap_or_default()
+}
+
+/// Resolves the addresses to publish.
+pub async fn addresses(client: &Client, src: &AddressSource) -> Vec<String> {
+    match src {
+        AddressSource::Fixed(v) => v.clone(),
+        AddressSource::None => Vec::new(),
+        AddressSource::Nodes { namespace, pod } => {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let Ok(me) = pods.get(pod).await else {
+                return Vec::new();
+            };
+            let selector = me
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "controller-revision-hash"
+                            | "pod-template-generation"
+                            | "pod-template-hash"
+                    )
+                })
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
+                return Vec::new();
+            };
+            let nodes: Api<Node> = Api::all(client.clone());
+            let mut out = BTreeSet::new();
+            for p in list.items {
+                let Some(node) = p.spec.and_then(|s| s.node_name) else {
+                    continue;
+                };
+                let Ok(n) = nodes.get(&node).await else {
+                    continue;
+                };
+                let addrs = n.status.and_then(|s| s.addresses).unwrap_or_default();
+                let pick = addrs
+                    .iter()
+                    .find(|a| a.type_ == "ExternalIP")
+                    .or_else(|| addrs.iter().find(|a| a.type_ == "InternalIP"));
+                if let Some(a) = pick {
+                    out.insert(a.address.clone());
+                }
+            }
+            out.into_iter().collect()
+        }
+    }
+}
+
+/// Writes status for every Ingress that needs it; returns how many writes were made.
+pub async fn reconcile(
+    client: &Client,
+    ingresses: &Store<Ingress>,
+    classes: &Store<k8s_openapi::api::networking::v1::IngressClass>,
+    opts: &TranslateOptions,
+    addrs: &[String],
+) -> usize {
+    let mut world = World::new();
+    for c in classes.state() {
+        world.put_ingress_class(c);
+    }
+    let desired: Vec<IngressLoadBalancerIngress> = addrs.iter().map(|a| entry(a)).collect();
+    let mut writes = 0;
+    for ing in ingresses.state() {
+        let ours = ingress_is_ours(&world, &ing, opts);
+        let cur = current(&ing);
+        let target = if ours {
+            if cur == desired || desired.is_empty() {
+                continue;
+            }
+            json!({"status": {"loadBalancer": {"ingress": desired}}})
+        } else {
+            if cur.is_empty() || cur != desired {
+                continue;
+            }
+            json!({"status": {"loadBalancer": {"ingress": null}}})
+        };
+        let (Some(ns), Some(name)) = (
+            ing.metadata.namespace.as_deref(),
+            ing.metadata.name.as_deref(),
+        ) else {
+            continue;
+        };
+        let api: Api<Ingress> = Api::namespaced(client.clone(), ns);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&target))
+            .await
+        {
+            Ok(_) => {
+                writes += 1;
+                tracing::info!(ingress = %format!("{ns}/{name}"), ours, "ingress status written");
+            }
+            Err(e) => {
+                tracing::warn!(ingress = %format!("{ns}/{name}"), error = %e, "writing ingress status failed; will retry")
+            }
+        }
+    }
+    writes
+}
+
+/// Runs status reconciliation while leader: on Ingress/class changes, on becoming leader, and
+/// every `resync`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    client: Client,
+    ingresses: Store<Ingress>,
+    classes: Store<k8s_openapi::api::networking::v1::IngressClass>,
+    opts: TranslateOptions,
+    src: AddressSource,
+    mut leader: watch::Receiver<bool>,
+    mut changed: watch::Receiver<u64>,
+    resync: Duration,
+) {
+    if matches!(src, AddressSource::None) {
+        tracing::warn!(
+            "no --publish-status-address and no POD_NAME/POD_NAMESPACE: Ingress status will not be written"
+        );
+    }
+    if ingresses.wait_until_ready().await.is_err() || classes.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        if *leader.borrow_and_update() {
+            let addrs = addresses(&client, &src).await;
+            reconcile(&client, &ingresses, &classes, &opts, &addrs).await;
+        }
+        tokio::select! {
+            r = leader.changed() => if r.is_err() { return },
+            r = changed.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(resync) => {}
+        }
+        // Let a burst of changes settle.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates a Warning Event about a problem, naming the object.
+pub async fn emit_event(client: &Client, p: &Problem, reporting_pod: &str) {
+    let ns = if p.object.namespace.is_empty() {
+        "default".to_string()
+    } else {
+        p.object.namespace.clone()
+    };
+    let api_version = match p.object.kind {
+        "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+        _ => "v1",
+    };
+    let now = Time(Timestamp::now());
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", p.object.name)),
+            namespace: Some(ns.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some(p.object.kind.to_string()),
+            api_version: Some(api_version.to_string()),
+            namespace: (!p.object.namespace.is_empty()).then(|| p.object.namespace.clone()),
+            name: Some(p.object.name.clone()),
+            field_path: Some(p.field.clone()),
+            ..ObjectReference::default()
+        },
+        reason: Some(p.reason.to_string()),
+        message: Some(format!("{}: {}", p.field, p.message)),
+        type_: Some(
+            if p.severity == Severity::Error {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .to_string(),
+        ),
+        source: Some(EventSource {
+            component: Some("sluice".to_string()),
+            host: None,
+        }),
+        reporting_component: Some("sluice.dev/ingress-controller".to_string()),
+        reporting_instance: Some(reporting_pod.to_string()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+    if let Err(e) = api.create(&PostParams::default(), &ev).await {
+        tracing::debug!(error = %e, "could not create an event");
+    }
+}

@@ -1,0 +1,185 @@
+//! One kube-runtime reflector (watcher + store) per kind. Each stream has managedFields stripped,
+//! retries with backoff on errors (never ending on the first one), and forwards its events to the
+//! rebuild loop stamped with the time they were seen.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+/// The kinds sluice watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KindId {
+    /// Ingress.
+    Ingress,
+    /// IngressClass.
+    IngressClass,
+    /// Service.
+    Service,
+    /// EndpointSlice.
+    EndpointSlice,
+    /// Secret (only `kubernetes.io/tls`).
+    Secret,
+}
+
+/// All kinds, for readiness bookkeeping.
+pub const ALL_KINDS: [KindId; 5] = [
+    KindId::Ingress,
+    KindId::IngressClass,
+    KindId::Service,
+    KindId::EndpointSlice,
+    KindId::Secret,
+];
+
+/// An object of one of the watched kinds.
+#[derive(Debug, Clone)]
+pub enum Obj {
+    /// Ingress.
+    Ingress(Arc<Ingress>),
+    /// IngressClass.
+    IngressClass(Arc<IngressClass>),
+    /// Service.
+    Service(Arc<Service>),
+    /// EndpointSlice.
+    EndpointSlice(Arc<EndpointSlice>),
+    /// Secret.
+    Secret(Arc<Secret>),
+}
+
+/// What a watcher reported.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Added or modified.
+    Apply(Obj),
+    /// Deleted.
+    Delete(Obj),
+    /// A (re-)list starts for this kind.
+    Init(KindId),
+    /// An object of the (re-)list.
+    InitApply(Obj),
+    /// The (re-)list is complete: replace this kind's objects.
+    InitDone(KindId),
+}
+
+/// A change with the instant it was seen (for the propagation-delay histogram).
+pub type Seen = (Change, Instant);
+
+/// The reflector stores, readable by the status writer.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// Ingresses.
+    pub ingresses: Store<Ingress>,
+    /// IngressClasses.
+    pub classes: Store<IngressClass>,
+}
+
+fn spawn_kind<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    kind: KindId,
+    wrap: fn(Arc<K>) -> Obj,
+    tx: mpsc::UnboundedSender<Seen>,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    tokio::spawn(async move {
+        let stream = watcher(api, cfg)
+            .default_backoff()
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .reflect(writer);
+        futures::pin_mut!(stream);
+        let mut failing = false;
+        while let Some(item) = stream.next().await {
+            let now = Instant::now();
+            let change = match item {
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(?kind, error = %e, "watch failed; retrying with backoff and serving the last good configuration");
+                    }
+                    failing = true;
+                    continue;
+                }
+                Ok(ev) => {
+                    if failing {
+                        tracing::info!(?kind, "watch recovered");
+                        failing = false;
+                    }
+                    match ev {
+                        watcher::Event::Apply(o) => Change::Apply(wrap(Arc::new(o))),
+                        watcher::Event::Delete(o) => Change::Delete(wrap(Arc::new(o))),
+                        watcher::Event::Init => Change::Init(kind),
+                        watcher::Event::InitApply(o) => Change::InitApply(wrap(Arc::new(o))),
+                        watcher::Event::InitDone => Change::InitDone(kind),
+                    }
+                }
+            };
+            if tx.send((change, now)).is_err() {
+                return;
+            }
+        }
+    });
+    reader
+}
+
+/// Starts the five reflectors; events go to `tx`.
+pub fn start(client: &Client, namespace: Option<&str>, tx: mpsc::UnboundedSender<Seen>) -> Stores {
+    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let cfg = watcher::Config::default();
+    let ingresses = spawn_kind::<Ingress>(
+        api(client, namespace),
+        cfg.clone(),
+        KindId::Ingress,
+        Obj::Ingress,
+        tx.clone(),
+    );
+    let classes = spawn_kind::<IngressClass>(
+        Api::all(client.clone()),
+        cfg.clone(),
+        KindId::IngressClass,
+        Obj::IngressClass,
+        tx.clone(),
+    );
+    spawn_kind::<Service>(
+        api(client, namespace),
+        cfg.clone(),
+        KindId::Service,
+        Obj::Service,
+        tx.clone(),
+    );
+    spawn_kind::<EndpointSlice>(
+        api(client, namespace),
+        cfg.clone(),
+        KindId::EndpointSlice,
+        Obj::EndpointSlice,
+        tx.clone(),
+    );
+    spawn_kind::<Secret>(
+        api(client, namespace),
+        cfg.fields("type=kubernetes.io/tls"),
+        KindId::Secret,
+        Obj::Secret,
+        tx,
+    );
+    Stores { ingresses, classes }
+}
