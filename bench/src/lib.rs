@@ -2,3 +2,10 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod certs;
+pub mod load;
+pub mod peers;
+pub mod pods;
+pub mod report;
+pub mod scenario;
+pub mod sys;

@@ -1,1 +1,588 @@
-fn main() {}
+//! `sluice-bench`: reproduces the published ingress benchmarks on one machine over loopback
+//! (scenarios), plus the load generator on its own (`load`, used by the in-cluster harness) and
+//! demo backends (`backends`).
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sluice_bench::backend::{Backend, BackendConfig};
+use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
+use sluice_bench::peers::{PeerEnv, PeerKind, Proto};
+use sluice_bench::pods::Removal;
+use sluice_bench::scenario::{self, Common, capacity::Capacity};
+use sluice_bench::{certs, report, sys};
+
+/// sluice's benchmark: sluice head-to-head with reload-based nginx and HAProxy (and Caddy,
+/// nginx + Lua, HAProxy's runtime API), reproducing the published ingress tests on loopback.
+///
+/// Start with: sluice-bench churn --quick
+#[derive(Debug, Parser)]
+#[command(name = "sluice-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Constant-rate load while backends churn 5→7→5 (the headline test).
+    Churn(ScenarioArgs),
+    /// The same load with no changes: the baseline.
+    Static(ScenarioArgs),
+    /// Closed-loop requests per second, 1 KB, keep-alive, HTTP and HTTPS.
+    Rps(ScenarioArgs),
+    /// TLS handshakes per second: a new connection per request, 0 KB, RSA-2048, TLS 1.2 and 1.3.
+    Tps(ScenarioArgs),
+    /// 1 MB responses, closed loop.
+    Throughput(ScenarioArgs),
+    /// 100 / 1,000 / 10,000 Ingresses: start time, change propagation, memory.
+    Scale(ScenarioArgs),
+    /// Compare this load generator with wrk on the same target.
+    Validate(ScenarioArgs),
+    /// Run the load generator alone against a URL.
+    Load(LoadArgs),
+    /// Start demo backends on 127.0.0.1:P, P+1, ... until Ctrl-C.
+    Backends(BackendsArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct ScenarioArgs {
+    /// Short run (about a minute for churn with every peer installed).
+    #[arg(long)]
+    quick: bool,
+    /// Peers, comma-separated: sluice,nginx-reload,nginx-lua,haproxy-reload,haproxy-runtime,caddy,direct.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Client protocol (churn/static default https; rps/throughput default both).
+    #[arg(long, value_enum)]
+    proto: Option<Proto>,
+    /// Requests per second (open loop; churn/static).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Connections.
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Seconds of load per peer.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Churn: seconds at each replica count (default 12 at 7 and 10 at 5; quick 1.5).
+    #[arg(long)]
+    interval: Option<f64>,
+    /// Churn: when the endpoint is removed relative to the pod's SIGTERM.
+    #[arg(long, value_enum, default_value_t = Removal::After)]
+    removal: Removal,
+    /// Churn: seconds between the two steps of a removal (default 1; quick 0.5).
+    #[arg(long)]
+    gap: Option<f64>,
+    /// Load generator connect and response timeout (seconds; wrk's default is 2).
+    #[arg(long, default_value_t = 2.0)]
+    timeout: f64,
+    /// Cores given to the proxy (its workers and pinning).
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// Proxy worker processes/threads (default: --cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// CPUs the proxy is pinned to (default: the first --cores).
+    #[arg(long)]
+    proxy_cpus: Option<String>,
+    /// CPUs the load generator and backends are pinned to (default: the rest).
+    #[arg(long)]
+    load_cpus: Option<String>,
+    /// Do not pin anything.
+    #[arg(long)]
+    no_pin: bool,
+    /// Load generator threads (default: the number of load CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The sluice binary (default: next to sluice-bench).
+    #[arg(long)]
+    sluice_bin: Option<PathBuf>,
+    /// sluice's --log-level during the run (its log is kept in OUT/logs/).
+    #[arg(long, default_value = "warn")]
+    sluice_log_level: String,
+    /// Scale: Ingress counts, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    ingresses: Vec<usize>,
+    /// Output directory (default bench-out/<scenario>-<time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TlsArg {
+    /// TLS 1.3, or 1.2 with ECDHE-RSA-AES256-GCM-SHA384.
+    Any,
+    /// TLS 1.2, ECDHE-RSA-AES256-GCM-SHA384 only.
+    #[value(name = "1.2")]
+    V12,
+    /// TLS 1.3 only.
+    #[value(name = "1.3")]
+    V13,
+}
+
+#[derive(Debug, Clone, Args)]
+struct LoadArgs {
+    /// http:// or https:// URL; the host name resolves through the system resolver.
+    #[arg(long)]
+    url: String,
+    /// Requests per second over all connections (open loop); omitted: closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Connections.
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Runtime threads (default: available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Connect and response timeout (seconds).
+    #[arg(long, default_value_t = 2.0)]
+    timeout: f64,
+    /// Accept any server certificate (self-signed).
+    #[arg(long)]
+    insecure: bool,
+    /// Trust this PEM certificate/CA instead of the system store.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// TLS versions offered.
+    #[arg(long, value_enum, default_value_t = TlsArg::Any)]
+    tls: TlsArg,
+    /// No TLS session resumption (every connection a full handshake).
+    #[arg(long)]
+    no_resumption: bool,
+    /// One request per connection (`Connection: close`).
+    #[arg(long)]
+    connection_close: bool,
+    /// Connect here instead of resolving the URL's host (Host and SNI stay the URL's).
+    #[arg(long)]
+    connect_to: Option<SocketAddr>,
+    /// Write the full report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+struct BackendsArgs {
+    /// How many.
+    #[arg(long, default_value_t = 5)]
+    count: u16,
+    /// First port.
+    #[arg(long, default_value_t = 9001)]
+    base_port: u16,
+    /// Response body size in bytes (`?size=N` overrides per request).
+    #[arg(long, default_value_t = 1024)]
+    body_size: usize,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let nofile = sys::raise_nofile();
+    match cli.cmd {
+        Cmd::Load(a) => runtime(a.threads.unwrap_or_else(sys::cpu_count))?.block_on(load_cmd(a)),
+        Cmd::Backends(a) => runtime(1)?.block_on(backends_cmd(a)),
+        Cmd::Churn(a) => scenario_main("churn", a, nofile),
+        Cmd::Static(a) => scenario_main("static", a, nofile),
+        Cmd::Rps(a) => scenario_main("rps", a, nofile),
+        Cmd::Tps(a) => scenario_main("tps", a, nofile),
+        Cmd::Throughput(a) => scenario_main("throughput", a, nofile),
+        Cmd::Scale(a) => scenario_main("scale", a, nofile),
+        Cmd::Validate(a) => scenario_main("validate", a, nofile),
+    }
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")
+}
+
+fn parse_url(url: &str) -> Result<(Proto, String, u16, String)> {
+    let (proto, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (Proto::Https, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (Proto::Http, r)
+    } else {
+        bail!("--url must start with http:// or https://");
+    };
+    let (authority, path) = rest
+        .find('/')
+        .map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+    let default_port = if proto == Proto::Https { 443 } else { 80 };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
+            h.trim_matches(['[', ']']).to_string(),
+            p.parse().context("bad port in --url")?,
+        ),
+        _ => (authority.to_string(), default_port),
+    };
+    if host.is_empty() {
+        bail!("--url has no host");
+    }
+    Ok((proto, host, port, path.to_string()))
+}
+
+async fn load_cmd(a: LoadArgs) -> Result<()> {
+    let (proto, host, port, path) = parse_url(&a.url)?;
+    let addrs: Vec<SocketAddr> = match a.connect_to {
+        Some(x) => vec![x],
+        None => tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .with_context(|| format!("resolving {host}"))?
+            .collect(),
+    };
+    let tls = (proto == Proto::Https).then(|| -> Result<TlsSpec> {
+        let verify = if a.insecure {
+            Verify::Insecure
+        } else if let Some(f) = &a.ca_file {
+            let pem = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+            let certs = rustls_pki_types::pem::PemObject::pem_slice_iter(&pem)
+                .collect::<Result<Vec<rustls_pki_types::CertificateDer<'static>>, _>>()
+                .map_err(|e| anyhow::anyhow!("{}: {e:?}", f.display()))?;
+            Verify::Roots(certs)
+        } else {
+            Verify::System
+        };
+        Ok(TlsSpec {
+            version: match a.tls {
+                TlsArg::Any => TlsVersion::Any,
+                TlsArg::V12 => TlsVersion::V12,
+                TlsArg::V13 => TlsVersion::V13,
+            },
+            verify,
+            resumption: !a.no_resumption,
+            server_name: host.clone(),
+        })
+    });
+    let host_header = if port == if proto == Proto::Https { 443 } else { 80 } {
+        host.clone()
+    } else {
+        format!("{host}:{port}")
+    };
+    let spec = LoadSpec {
+        addrs,
+        host: host_header,
+        path,
+        tls: tls.transpose()?,
+        mode: a.rate.map_or(Mode::Closed, |rate| Mode::Open { rate }),
+        connections: a.connections,
+        duration: Duration::from_secs_f64(a.duration),
+        timeout: Duration::from_secs_f64(a.timeout),
+        keep_alive: !a.connection_close,
+    };
+    let live = Arc::new(load::Live::default());
+    let (pb, task) = scenario::progress("load", a.duration as u64, Arc::clone(&live));
+    let r = load::run(
+        &spec,
+        Hooks {
+            started: None,
+            live,
+        },
+    )
+    .await?;
+    task.abort();
+    pb.finish_and_clear();
+    print!("{}", load_summary(&a.url, &r));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn load_summary(url: &str, r: &LoadReport) -> String {
+    let l = &r.latency_ms;
+    let e = &r.errors;
+    let t = &r.truth;
+    format!(
+        "{url}: {} over {} connections for {:.0}s\n  requests {}  achieved {:.0} req/s{}\n  latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  p99.99 {:.3}  p99.999 {:.3}  max {:.3}\n  wrk classes: connect {}  read {}  write {}  timeout {}  non-2xx {}\n  requests failed {} (refused {}, connect timeout {}, handshake {}, failed after send {} of which retryable {}, response timeout {}, 5xx {}, other {})\n  idle connections closed by the server (not failures): {}\n{}",
+        r.mode,
+        r.connections,
+        r.duration_s,
+        r.requests,
+        r.achieved_rps,
+        r.requested_rps
+            .map_or(String::new(), |q| format!(" of {q:.0} requested")),
+        l.p50,
+        l.p90,
+        l.p99,
+        l.p99_9,
+        l.p99_99,
+        l.p99_999,
+        l.max,
+        e.connect,
+        e.read,
+        e.write,
+        e.timeout,
+        e.status_non2xx,
+        r.requests_failed,
+        t.connect_refused,
+        t.connect_timeout + t.connect_other,
+        t.handshake_failed,
+        t.failed_after_send + t.write_failed,
+        t.failed_after_send_retryable,
+        t.response_timeout,
+        t.status_5xx,
+        t.status_other_non2xx + t.protocol_error,
+        r.idle_closed_by_server,
+        r.rate_note
+            .as_ref()
+            .map_or(String::new(), |n| format!("  FLAGGED: {n}\n"))
+    )
+}
+
+async fn backends_cmd(a: BackendsArgs) -> Result<()> {
+    let mut running = Vec::new();
+    for i in 0..a.count {
+        let port = a.base_port.checked_add(i).context("port out of range")?;
+        let name = format!("pod-{}", i + 1);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let b = Backend::start(
+            addr,
+            BackendConfig {
+                name: name.clone(),
+                body_size: a.body_size,
+                http2: true,
+            },
+        )
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+        println!(
+            "{name} listening on http://{addr}/ ({} B responses; ?size=N ?delay_ms=N ?status=N)",
+            a.body_size
+        );
+        running.push(b);
+    }
+    println!("Ctrl-C to stop");
+    tokio::signal::ctrl_c().await?;
+    for b in running {
+        b.stop_graceful().await;
+    }
+    Ok(())
+}
+
+fn scenario_main(name: &str, a: ScenarioArgs, nofile: u64) -> Result<()> {
+    let ncpu = sys::cpu_count();
+    let pin = !a.no_pin && ncpu >= 2 && sys::which("taskset").is_some();
+    let cores = a.cores.max(1);
+    let all: Vec<usize> = (0..ncpu).collect();
+    let proxy_cpus = a
+        .proxy_cpus
+        .clone()
+        .unwrap_or_else(|| list(&all[..cores.min(ncpu)]));
+    let load_cpus = match &a.load_cpus {
+        Some(l) => sys::parse_cpus(l).context("bad --load-cpus")?,
+        None if cores < ncpu => all[cores..].to_vec(),
+        None => all.clone(),
+    };
+    let mut machine = std::collections::BTreeMap::new();
+    machine.insert("cpus".into(), ncpu.to_string());
+    machine.insert(
+        "kernel".into(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    );
+    machine.insert("open files limit".into(), nofile.to_string());
+    if pin {
+        sys::pin_self(&load_cpus).map_err(|e| anyhow::anyhow!("pinning to {load_cpus:?}: {e}"))?;
+        machine.insert(
+            "pinning".into(),
+            format!(
+                "proxy on CPU {proxy_cpus} (taskset), load generator + backends on CPU {}",
+                list(&load_cpus)
+            ),
+        );
+        if cores >= ncpu {
+            machine.insert(
+                "pinning note".into(),
+                "the proxy was given every core: the load generator shares them".into(),
+            );
+        }
+    } else {
+        machine.insert(
+            "pinning".into(),
+            "none (--no-pin, one CPU, or no taskset): proxy and load share the cores".into(),
+        );
+    }
+    let threads = a
+        .threads
+        .unwrap_or(if pin { load_cpus.len() } else { ncpu });
+    machine.insert("load generator threads".into(), threads.to_string());
+    machine.insert("peer versions".into(), peer_versions());
+    runtime(threads)?.block_on(run_scenario(
+        name,
+        a,
+        machine,
+        pin.then_some(proxy_cpus),
+        cores,
+    ))
+}
+
+fn list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn peer_versions() -> String {
+    let v = |bin: &str, args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new(sys::which(bin)?)
+            .args(args)
+            .output()
+            .ok()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(text.lines().next()?.trim().to_string())
+    };
+    [
+        ("nginx", &["-v"][..]),
+        ("haproxy", &["-v"][..]),
+        ("caddy", &["version"][..]),
+    ]
+    .iter()
+    .filter_map(|(b, a)| {
+        let line = v(b, a)?;
+        Some(if line.to_lowercase().contains(b) {
+            line
+        } else {
+            format!("{b} {line}")
+        })
+    })
+    .collect::<Vec<_>>()
+    .join("; ")
+}
+
+async fn run_scenario(
+    name: &str,
+    a: ScenarioArgs,
+    machine: std::collections::BTreeMap<String, String>,
+    cpus: Option<String>,
+    cores: usize,
+) -> Result<()> {
+    let peers: Vec<PeerKind> = if a.peers.is_empty() {
+        match name {
+            "scale" => vec![
+                PeerKind::Sluice,
+                PeerKind::NginxReload,
+                PeerKind::HaproxyReload,
+            ],
+            "validate" => vec![PeerKind::Direct, PeerKind::Sluice],
+            _ => PeerKind::ALL.to_vec(),
+        }
+    } else {
+        a.peers
+            .iter()
+            .map(|p| PeerKind::parse(p.trim()).with_context(|| format!("unknown peer {p:?}")))
+            .collect::<Result<_>>()?
+    };
+    let sluice_bin = match &a.sluice_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("sluice"))
+            .unwrap_or_default(),
+    };
+    let cert = certs::rsa2048(&["bench.local", "*.bench.local", "localhost", "127.0.0.1"])?;
+    let (started, stamp) = scenario::utc_now();
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("bench-out/{name}-{stamp}")));
+    let common = Common {
+        quick: a.quick,
+        peers,
+        proto: a.proto,
+        rate: a.rate,
+        connections: a.connections,
+        duration: a.duration.map(Duration::from_secs_f64),
+        interval: a.interval.map(Duration::from_secs_f64),
+        timeout: Duration::from_secs_f64(a.timeout),
+        env: PeerEnv {
+            proto: Proto::Https,
+            cert: Arc::new(cert),
+            cpus,
+            workers: a.workers.unwrap_or(cores),
+            sluice_bin,
+            sluice_log_level: a.sluice_log_level.clone(),
+            log_dir: Some(out.join("logs")),
+        },
+        removal: a.removal,
+        gap: a.gap.map(Duration::from_secs_f64),
+        proxy_cores: cores,
+        ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+    };
+    eprintln!(
+        "sluice-bench {name}{}: results in {}",
+        if a.quick { " --quick" } else { "" },
+        out.display()
+    );
+    let run = async {
+        match name {
+            "churn" => scenario::churn::run(&common, true).await,
+            "static" => scenario::churn::run(&common, false).await,
+            "rps" => scenario::capacity::run(&common, Capacity::Rps).await,
+            "tps" => scenario::capacity::run(&common, Capacity::Tps).await,
+            "throughput" => scenario::capacity::run(&common, Capacity::Throughput).await,
+            "scale" => scenario::scale::run(&common).await,
+            _ => scenario::validate::run(&common).await,
+        }
+    };
+    let mut rep = tokio::select! {
+        r = run => r,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+    };
+    rep.started_utc = started;
+    report::write_all(&out, &rep).with_context(|| format!("writing {}", out.display()))?;
+    println!("\n{}\n", rep.what_it_shows);
+    print!("{}", report::terminal_table(&rep));
+    for p in rep.peers.iter().filter(|p| p.rate_note.is_some()) {
+        println!(
+            "! {} {}: {}",
+            p.name,
+            p.variant,
+            p.rate_note.as_deref().unwrap_or_default()
+        );
+    }
+    if !rep.peers.is_empty() {
+        println!(
+            "\nFAILED = requests without a 2xx (per-request truth); connect/read/write/timeout/non-2xx = wrk2's classes (wrk2 also counts idle keep-alive connections closed by the server as read errors)."
+        );
+    }
+    println!(
+        "report: {}/report.md  (json: report.json, plots: latency.svg, timeline.svg)",
+        out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urls() {
+        let (p, h, port, path) = super::parse_url("https://bench.local/x?y=1").unwrap();
+        assert_eq!(
+            (p, h.as_str(), port, path.as_str()),
+            (super::Proto::Https, "bench.local", 443, "/x?y=1")
+        );
+        let (_, h, port, path) = super::parse_url("http://127.0.0.1:8080").unwrap();
+        assert_eq!((h.as_str(), port, path.as_str()), ("127.0.0.1", 8080, "/"));
+        assert!(super::parse_url("ftp://x").is_err());
+    }
+}

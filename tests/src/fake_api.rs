@@ -731,9 +731,13 @@ impl FakeApi {
             tokio::pin!(end);
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
+                // Biased so that a test's `close_watches()` wins over events that were
+                // published after it: an unbiased select could deliver such an event on the
+                // stream that was meant to be closed already.
                 tokio::select! {
-                    _ = &mut end => return,
+                    biased;
                     _ = close.changed() => return,
+                    _ = &mut end => return,
                     _ = tick.tick() => {
                         let rv = state.lock().map(|s| s.rv).unwrap_or(last).max(last);
                         if tx.send(line(bookmark(rv, false))).await.is_err() { return; }

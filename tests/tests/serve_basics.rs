@@ -187,3 +187,27 @@ async fn bad_input_is_reported_and_the_rest_keeps_serving() {
     assert_eq!(status["ready"], true);
     s.shutdown(Duration::from_secs(5)).await;
 }
+
+/// The README's standalone walkthrough serves `examples/`: it must load with no problems and
+/// produce the routes, pools and endpoints it describes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_examples_load_cleanly() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let s = serve(&examples, &[]).await;
+    let c = client();
+    let r = get(&c, s.running.admin_addr, "localhost", "/api/v1/status")
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(status["ready"], true);
+    assert_eq!(status["problems"], serde_json::json!([]), "{status}");
+    assert_eq!(status["virtual_hosts"], 2, "{status}");
+    assert_eq!(status["upstreams"], 1, "{status}");
+    assert_eq!(status["endpoints"], 3, "{status}");
+    // An unknown host is a 404 from sluice itself, not a backend's answer.
+    let r = get(&c, s.running.http_addr.unwrap(), "nope.localhost", "/")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404);
+    s.shutdown(Duration::from_secs(5)).await;
+}

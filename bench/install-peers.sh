@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs the peers that sluice-bench compares sluice with, from the distribution's packages
+# (Debian/Ubuntu, apt):
+#   nginx (+ the Lua module and lua-resty-core, for the nginx-lua peer), HAProxy, Caddy,
+#   wrk and h2load (to check the load generator), iptables (the churn "vanish" variant).
+# Run as root or with sudo. Running it again is harmless.
+#
+# The packages start system services (nginx, haproxy, caddy) on ports 80/443; sluice-bench
+# starts its own instances on free loopback ports, so those services are stopped and disabled
+# where systemd manages them.
+set -euo pipefail
+
+sudo_cmd=()
+if [[ "$(id -u)" != 0 ]]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "install-peers.sh: run as root, or install sudo" >&2
+    exit 1
+  fi
+  sudo_cmd=(sudo)
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update
+
+# Debian 12 ships nginx-light; later releases fold it into nginx.
+nginx_pkg=nginx
+if apt-cache show nginx-light >/dev/null 2>&1; then
+  nginx_pkg=nginx-light
+fi
+
+packages=(
+  "$nginx_pkg"
+  libnginx-mod-http-lua
+  lua-resty-core
+  haproxy
+  caddy
+  wrk
+  nghttp2-client
+  iptables
+)
+"${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${packages[@]}"
+
+if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+  for svc in nginx haproxy caddy; do
+    if systemctl is-active --quiet "$svc" 2>/dev/null; then
+      "${sudo_cmd[@]}" systemctl stop "$svc" || true
+      "${sudo_cmd[@]}" systemctl disable "$svc" >/dev/null 2>&1 || true
+    fi
+  done
+fi
+
+status=0
+for bin in nginx haproxy caddy wrk h2load iptables; do
+  if path="$(PATH="$PATH:/usr/sbin:/sbin" command -v "$bin")"; then
+    echo "ok: $bin ($path)"
+  else
+    echo "missing: $bin" >&2
+    status=1
+  fi
+done
+for module in /usr/lib/nginx/modules/ngx_http_lua_module.so /usr/share/lua/5.1/resty/core.lua; do
+  if [[ -e "$module" ]]; then
+    echo "ok: $module"
+  else
+    echo "missing: $module (the nginx-lua peer will be skipped)" >&2
+  fi
+done
+exit "$status"

@@ -1,0 +1,212 @@
+//! sluice itself: `sluice serve` on a manifest directory; every change is an atomic rewrite of
+//! the EndpointSlice file, the same path a user of standalone mode takes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{BACKLOG, CONNECT_TIMEOUT_S, HOST, PeerEnv, PeerError, Proc, Proto, State, TRIES};
+
+/// A running sluice.
+#[derive(Debug)]
+pub struct Sluice {
+    manifests: PathBuf,
+    /// Admin API address.
+    pub admin: SocketAddr,
+}
+
+/// The IngressClass, Service and Ingress (with TLS when `tls`) for `host` → service `bench`.
+pub fn base_manifests(host: &str, tls: bool) -> String {
+    let mut s = String::from(
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: sluice\nspec:\n  controller: sluice.dev/ingress-controller\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bench\n  namespace: default\nspec:\n  ports:\n  - name: http\n    port: 80\n---\n",
+    );
+    s.push_str("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: bench\n  namespace: default\n");
+    if tls {
+        s.push_str("  annotations:\n    sluice.dev/ssl-redirect: \"false\"\n");
+    }
+    s.push_str("spec:\n  ingressClassName: sluice\n");
+    if tls {
+        let _ = write!(
+            s,
+            "  tls:\n  - hosts: [\"{host}\"]\n    secretName: bench-tls\n"
+        );
+    }
+    let _ = write!(
+        s,
+        "  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service:\n            name: bench\n            port:\n              number: 80\n"
+    );
+    s
+}
+
+/// A `kubernetes.io/tls` Secret.
+pub fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> String {
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(cert_pem),
+        indent(key_pem)
+    )
+}
+
+/// One EndpointSlice for service `svc` holding every address (ports may differ, so one slice
+/// per port).
+pub fn endpoint_slices(svc: &str, eps: &[SocketAddr]) -> String {
+    let mut by_port: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for a in eps {
+        by_port
+            .entry(a.port())
+            .or_default()
+            .push(a.ip().to_string());
+    }
+    if by_port.is_empty() {
+        // An empty slice keeps the service known with no endpoints.
+        return format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {svc}-empty\n  namespace: default\n  labels:\n    kubernetes.io/service-name: {svc}\naddressType: IPv4\nports:\n- name: http\n  port: 80\nendpoints: []\n"
+        );
+    }
+    by_port
+        .iter()
+        .map(|(port, ips)| {
+            let list = ips.iter().map(|ip| format!("- addresses: [\"{ip}\"]\n  conditions: {{ready: true}}\n")).collect::<String>();
+            format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {svc}-{port}\n  namespace: default\n  labels:\n    kubernetes.io/service-name: {svc}\naddressType: IPv4\nports:\n- name: http\n  port: {port}\nendpoints:\n{list}")
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Arguments for `sluice serve`.
+pub fn serve_args(
+    manifests: &Path,
+    http: &str,
+    https: &str,
+    admin: SocketAddr,
+    workers: usize,
+    log_level: &str,
+) -> Vec<String> {
+    [
+        "serve",
+        "--manifests",
+        &manifests.display().to_string(),
+        "--http-listen",
+        http,
+        "--https-listen",
+        https,
+        "--admin-listen",
+        &admin.to_string(),
+        "--workers",
+        &workers.to_string(),
+        "--log-level",
+        log_level,
+        "--http2",
+        "false",
+        "--upstream-tries",
+        &TRIES.to_string(),
+        "--upstream-connect-timeout-ms",
+        &(CONNECT_TIMEOUT_S * 1000).to_string(),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect()
+}
+
+pub(super) async fn start(
+    env: &PeerEnv,
+    dir: &Path,
+    port: u16,
+    eps: &[SocketAddr],
+) -> Result<(Option<Proc>, State, BTreeMap<String, String>), PeerError> {
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).map_err(|e| PeerError::Io("manifests".into(), e))?;
+    let tls = env.proto == Proto::Https;
+    super::write(&manifests.join("base.yaml"), &base_manifests(HOST, tls))?;
+    if tls {
+        super::write(
+            &manifests.join("secret.yaml"),
+            &tls_secret("bench-tls", &env.cert.cert_pem, &env.cert.key_pem),
+        )?;
+    }
+    super::write(
+        &manifests.join("endpoints.yaml"),
+        &endpoint_slices("bench", eps),
+    )?;
+    let admin = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
+    let listen = format!("127.0.0.1:{port}");
+    let other = format!("127.0.0.1:{}", super::free_port()?);
+    let (http, https) = if tls {
+        (other.as_str(), listen.as_str())
+    } else {
+        (listen.as_str(), "off")
+    };
+    let args = serve_args(
+        &manifests,
+        http,
+        https,
+        admin,
+        env.workers,
+        &env.sluice_log_level,
+    );
+    let proc = Proc::spawn(&env.sluice_bin, &args, dir, &[], env.cpus.as_deref())?;
+    let mut s = BTreeMap::new();
+    s.insert(
+        "changes".into(),
+        "EndpointSlice file rewritten atomically (write + rename); sluice watches the directory"
+            .into(),
+    );
+    s.insert("retries".into(), format!("--upstream-tries {TRIES} (connect errors retried on another endpoint; idempotent requests also on a reused connection that closed)"));
+    s.insert(
+        "balance".into(),
+        "default (P2C over peak-EWMA latency)".into(),
+    );
+    s.insert("backlog".into(), format!("{BACKLOG} (built in)"));
+    s.insert("workers".into(), format!("--workers {}", env.workers));
+    s.insert("timeouts".into(), format!("upstream connect {CONNECT_TIMEOUT_S}s, request 60s (default), client header 30s (default)"));
+    s.insert(
+        "upstream keep-alive".into(),
+        "on (default), idle 60s".into(),
+    );
+    s.insert("http2".into(), "--http2 false".into());
+    s.insert(
+        "access log".into(),
+        format!("none (--log-level {})", env.sluice_log_level),
+    );
+    Ok((Some(proc), State::Sluice(Sluice { manifests, admin }), s))
+}
+
+impl Sluice {
+    pub(super) fn set(&mut self, eps: &[SocketAddr]) -> Result<(), PeerError> {
+        super::write(
+            &self.manifests.join("endpoints.yaml"),
+            &endpoint_slices("bench", eps),
+        )
+    }
+
+    /// Polls `/api/v1/upstreams` until the pool holds exactly `eps`.
+    pub(super) async fn wait_applied(&self, eps: &[SocketAddr], within: Duration) -> bool {
+        let want: BTreeSet<String> = eps.iter().map(ToString::to_string).collect();
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if let Ok((200, body)) =
+                super::admin_request(self.admin, "GET", "/api/v1/upstreams", "").await
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&body)
+            {
+                let have: BTreeSet<String> = v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|pool| pool["endpoints"].as_array().cloned().unwrap_or_default())
+                    .filter(|e| e["state"].as_str() != Some("draining"))
+                    .filter_map(|e| e["address"].as_str().map(str::to_string))
+                    .collect();
+                if have == want {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
+}

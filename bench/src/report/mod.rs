@@ -1,0 +1,317 @@
+//! What a run reports: `report.json`, `report.md`, the plots, and the terminal table.
+
+pub mod svg;
+mod table;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::load::{LoadReport, Percentiles, SecondStats, Seen, Truth, WrkErrors};
+pub use table::{markdown_table, terminal_table};
+
+/// A configuration change during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Seconds from the start of the load.
+    pub t_s: f64,
+    /// What changed, e.g. `5→7 +pod-6,pod-7` or `SIGTERM pod-6,pod-7`.
+    pub what: String,
+    /// Whether the endpoint list changed (false for a SIGTERM/kill alone).
+    pub endpoint_change: bool,
+    /// When the peer reported the change applied (s from start), where it can tell.
+    pub applied_s: Option<f64>,
+}
+
+/// Time from a pod's endpoint being added to the first response it served.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Propagation {
+    /// Median over scale-ups (ms).
+    pub median_ms: f64,
+    /// Largest (ms).
+    pub max_ms: f64,
+    /// Longest a removed pod still answered after its endpoint was removed (ms).
+    pub removed_pod_last_response_after_ms: f64,
+}
+
+/// One peer (and variant) in one scenario.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PeerResult {
+    /// Peer name.
+    pub name: String,
+    /// Variant, e.g. `https`, `http`, `tls1.2`.
+    pub variant: String,
+    /// `null`, or why the peer did not run.
+    pub skipped: Option<String>,
+    /// Requested rate (open loop).
+    pub requested_rps: Option<f64>,
+    /// Achieved rate (requests, failed ones included, per second).
+    pub achieved_rps: f64,
+    /// Requests.
+    pub requests: u64,
+    /// Configuration changes applied.
+    pub changes: u64,
+    /// wrk2's error classes.
+    pub errors: WrkErrors,
+    /// Requests without a 2xx response.
+    pub requests_failed: u64,
+    /// Idle keep-alive connections closed by the server (not failed requests).
+    pub idle_closed_by_server: u64,
+    /// Latency (ms).
+    pub latency_ms: Percentiles,
+    /// Proxy CPU seconds (user + system of its process tree) during the load.
+    pub cpu_seconds: f64,
+    /// Proxy CPU milliseconds per 1,000 requests.
+    pub cpu_ms_per_1k_requests: f64,
+    /// Proxy CPU seconds / (duration × cores it was given): near 1 means the proxy was the
+    /// bottleneck (closed-loop scenarios).
+    pub proxy_cpu_utilization: Option<f64>,
+    /// Peak resident memory of the proxy's process tree (bytes).
+    pub peak_rss_bytes: u64,
+    /// Response bytes per second, in Mbit/s.
+    pub throughput_mbit_s: f64,
+    /// Settings that matter for the comparison.
+    pub settings: BTreeMap<String, String>,
+    /// Per-request truth.
+    pub truth: Truth,
+    /// Responses by status code.
+    pub status: BTreeMap<u16, u64>,
+    /// Rate kept (open loop).
+    pub rate_kept: bool,
+    /// Why the rate was not kept.
+    pub rate_note: Option<String>,
+    /// Scheduled requests never sent.
+    pub missed: u64,
+    /// Changes during the run.
+    pub events: Vec<Event>,
+    /// Scale-up propagation measured from traffic (`x-backend`).
+    pub propagation: Option<Propagation>,
+    /// Remarks (change failures, pinning, ...).
+    pub notes: Vec<String>,
+    /// Per-second timeline.
+    pub timeline: Vec<SecondStats>,
+    /// Latency by percentile.
+    pub latency_curve: Vec<[f64; 2]>,
+    /// Backends seen.
+    pub backends_seen: BTreeMap<String, Seen>,
+}
+
+impl PeerResult {
+    /// A skipped entry.
+    pub fn skipped(name: &str, variant: &str, why: String) -> Self {
+        Self {
+            name: name.into(),
+            variant: variant.into(),
+            skipped: Some(why),
+            ..Self::default()
+        }
+    }
+
+    /// Fills the load fields from a load report.
+    pub fn with_load(mut self, l: &LoadReport) -> Self {
+        self.requested_rps = l.requested_rps;
+        self.achieved_rps = l.achieved_rps;
+        self.requests = l.requests;
+        self.errors = l.errors;
+        self.requests_failed = l.requests_failed;
+        self.idle_closed_by_server = l.idle_closed_by_server;
+        self.latency_ms = l.latency_ms;
+        self.truth = l.truth;
+        self.status.clone_from(&l.status);
+        self.rate_kept = l.rate_kept;
+        self.rate_note.clone_from(&l.rate_note);
+        self.missed = l.missed;
+        self.timeline.clone_from(&l.timeline);
+        self.latency_curve.clone_from(&l.latency_curve);
+        self.backends_seen.clone_from(&l.backends_seen);
+        self.throughput_mbit_s = l.bytes_received as f64 * 8.0 / 1e6 / l.duration_s.max(1e-9);
+        self
+    }
+}
+
+/// One row of the scale scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRow {
+    /// Peer.
+    pub name: String,
+    /// Ingresses (each with its own Service and EndpointSlice, or server block + upstream).
+    pub ingresses: usize,
+    /// `null`, or why it did not run.
+    pub skipped: Option<String>,
+    /// Process start → first 200 on the last host (s).
+    pub ready_s: f64,
+    /// CPU seconds spent until ready.
+    pub cpu_seconds_to_ready: f64,
+    /// One endpoint change (file written / reload signalled) → first response from the new
+    /// backend: median over the changes (ms).
+    pub change_median_ms: f64,
+    /// Same, largest (ms).
+    pub change_max_ms: f64,
+    /// Changes measured.
+    pub changes: usize,
+    /// Peak resident memory of the process tree (bytes).
+    pub peak_rss_bytes: u64,
+    /// Size of the configuration written (bytes).
+    pub config_bytes: u64,
+    /// Remarks.
+    pub notes: Vec<String>,
+}
+
+impl ScaleRow {
+    /// A row with nothing measured yet (or never measured, when `skipped` is set).
+    pub fn new(name: &str, ingresses: usize, skipped: Option<String>) -> Self {
+        Self {
+            name: name.into(),
+            ingresses,
+            skipped,
+            ready_s: 0.0,
+            cpu_seconds_to_ready: 0.0,
+            change_median_ms: 0.0,
+            change_max_ms: 0.0,
+            changes: 0,
+            peak_rss_bytes: 0,
+            config_bytes: 0,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Quick mode.
+    pub quick: bool,
+    /// Start time (UTC).
+    pub started_utc: String,
+    /// The command line.
+    pub command: String,
+    /// Plain words on what this run shows and does not show.
+    pub what_it_shows: String,
+    /// Machine facts (cores, pinning, fd limit).
+    pub machine: BTreeMap<String, String>,
+    /// Scenario settings (load, churn timing, removal order).
+    pub settings: BTreeMap<String, String>,
+    /// Per peer and variant.
+    pub peers: Vec<PeerResult>,
+    /// Scale scenario rows.
+    pub scale: Vec<ScaleRow>,
+    /// Extra rows (the wrk comparison).
+    pub extra: Vec<BTreeMap<String, String>>,
+}
+
+/// Writes report.json, report.md, latency.svg and timeline.svg into `dir`.
+pub fn write_all(dir: &Path, r: &Report) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(r).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), json)?;
+    std::fs::write(dir.join("report.md"), markdown(r))?;
+    let ran: Vec<&PeerResult> = r.peers.iter().filter(|p| p.skipped.is_none()).collect();
+    if !ran.is_empty() {
+        std::fs::write(dir.join("latency.svg"), svg::latency(r, &ran))?;
+        std::fs::write(dir.join("timeline.svg"), svg::timeline(r, &ran))?;
+    }
+    Ok(())
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = format!(
+        "# sluice-bench {}{}\n\n{}\n\nStarted {} · `{}`\n\n",
+        r.scenario,
+        if r.quick { " (quick)" } else { "" },
+        r.what_it_shows,
+        r.started_utc,
+        r.command
+    );
+    s.push_str(&markdown_table(r));
+    let skipped: Vec<String> = r
+        .peers
+        .iter()
+        .filter_map(|p| {
+            p.skipped
+                .as_ref()
+                .map(|w| format!("- {} {}: skipped: {w}\n", p.name, p.variant))
+        })
+        .collect();
+    if !skipped.is_empty() {
+        s.push_str("\n## Skipped\n\n");
+        s.extend(skipped);
+    }
+    let flagged: Vec<String> = r
+        .peers
+        .iter()
+        .filter_map(|p| {
+            p.rate_note
+                .as_ref()
+                .map(|n| format!("- {} {}: {n}\n", p.name, p.variant))
+        })
+        .collect();
+    if !flagged.is_empty() {
+        s.push_str("\n## Runs where the requested rate was not kept\n\n");
+        s.extend(flagged);
+    }
+    s.push_str("\n## Per-request truth (requests without a 2xx, by cause)\n\n| peer | variant | refused | connect timeout | handshake | failed after send (retryable) | response timeout | 5xx | other non-2xx | idle closed |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for p in r.peers.iter().filter(|p| p.skipped.is_none()) {
+        let t = &p.truth;
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |\n",
+            p.name,
+            p.variant,
+            t.connect_refused,
+            t.connect_timeout + t.connect_other,
+            t.handshake_failed,
+            t.failed_after_send + t.write_failed,
+            t.failed_after_send_retryable,
+            t.response_timeout,
+            t.status_5xx,
+            t.status_other_non2xx + t.protocol_error,
+            p.idle_closed_by_server
+        ));
+    }
+    let with_events: Vec<&PeerResult> = r.peers.iter().filter(|p| !p.events.is_empty()).collect();
+    if !with_events.is_empty() {
+        s.push_str("\n## Changes and propagation\n\n");
+        for p in with_events {
+            let prop = p.propagation.map_or("n/a".to_string(), |pr| {
+                let removed = if pr.removed_pod_last_response_after_ms > 0.0 {
+                    format!("; a removed pod still answered up to {:.0} ms after its endpoint was removed", pr.removed_pod_last_response_after_ms)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "a new pod's first response came {:.0} ms after its endpoint was added (median; max {:.0} ms){removed}",
+                    pr.median_ms, pr.max_ms
+                )
+            });
+            s.push_str(&format!(
+                "- **{}** ({} changes): {prop}\n",
+                p.name, p.changes
+            ));
+            for e in &p.events {
+                let ap = e
+                    .applied_s
+                    .map_or(String::new(), |a| format!(" (applied at {a:.3} s)"));
+                s.push_str(&format!("  - {:.3} s: {}{ap}\n", e.t_s, e.what));
+            }
+        }
+    }
+    s.push_str("\n## Settings\n\n");
+    for (k, v) in r.settings.iter().chain(r.machine.iter()) {
+        s.push_str(&format!("- {k}: {v}\n"));
+    }
+    for p in r.peers.iter().filter(|p| !p.settings.is_empty()) {
+        s.push_str(&format!("\n### {} {}\n\n", p.name, p.variant));
+        for (k, v) in &p.settings {
+            s.push_str(&format!("- {k}: {v}\n"));
+        }
+        for n in &p.notes {
+            s.push_str(&format!("- note: {n}\n"));
+        }
+    }
+    if !r.peers.is_empty() {
+        s.push_str("\n## Plots\n\n![latency by percentile](latency.svg)\n\n![errors and p99 per second](timeline.svg)\n");
+    }
+    s
+}

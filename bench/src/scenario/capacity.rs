@@ -1,0 +1,138 @@
+//! Capacity scenarios, closed loop, no churn: `rps` (1 KB, keep-alive, HTTP and HTTPS),
+//! `tps` (a new TLS connection per request, 0 KB, RSA-2048, TLS 1.2 and 1.3) and `throughput`
+//! (1 MB responses). The proxy is pinned to its own cores; `direct` is the ceiling.
+
+use std::collections::BTreeMap;
+
+use super::{Common, RunSetup, run_one, secs};
+use crate::load::{LoadSpec, Mode, TlsVersion};
+use crate::peers::{PeerKind, Proto};
+use crate::report::Report;
+
+/// Which capacity scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// Requests per second, 1 KB.
+    Rps,
+    /// TLS handshakes per second.
+    Tps,
+    /// 1 MB responses.
+    Throughput,
+}
+
+impl Capacity {
+    fn name(self) -> &'static str {
+        match self {
+            Capacity::Rps => "rps",
+            Capacity::Tps => "tps",
+            Capacity::Throughput => "throughput",
+        }
+    }
+}
+
+/// Runs a capacity scenario over every peer and variant.
+pub async fn run(c: &Common, which: Capacity) -> Report {
+    let q = c.quick;
+    let duration = c.duration.unwrap_or(secs(if q { 5.0 } else { 180.0 }));
+    let (body, conns_default, keep_alive) = match which {
+        Capacity::Rps => (1024, if q { 200 } else { 1000 }, true),
+        Capacity::Tps => (0, if q { 50 } else { 200 }, false),
+        Capacity::Throughput => (1 << 20, if q { 20 } else { 100 }, true),
+    };
+    let connections = c.connections.unwrap_or(conns_default);
+    // (variant label, client protocol, TLS version)
+    let variants: Vec<(String, Proto, TlsVersion)> = match (which, c.proto) {
+        (Capacity::Tps, _) => vec![
+            ("tls1.2".into(), Proto::Https, TlsVersion::V12),
+            ("tls1.3".into(), Proto::Https, TlsVersion::V13),
+        ],
+        (_, Some(p)) => vec![(format!("{p:?}").to_lowercase(), p, TlsVersion::Any)],
+        (_, None) => vec![
+            ("http".into(), Proto::Http, TlsVersion::Any),
+            ("https".into(), Proto::Https, TlsVersion::Any),
+        ],
+    };
+    let mut peers = Vec::new();
+    for (label, proto, tls) in &variants {
+        let mut env = c.env.clone();
+        env.proto = *proto;
+        let setup = RunSetup {
+            variant: label.clone(),
+            pods: 5,
+            body_size: body,
+            load: LoadSpec {
+                addrs: Vec::new(),
+                host: String::new(),
+                path: "/".into(),
+                tls: None,
+                mode: Mode::Closed,
+                connections,
+                duration,
+                timeout: c.timeout,
+                keep_alive,
+            },
+            tls: (*tls, keep_alive),
+            churn: None,
+            proxy_cores: c.proxy_cores,
+        };
+        for &kind in &c.peers {
+            if kind == PeerKind::Direct && which == Capacity::Tps {
+                peers.push(crate::report::PeerResult::skipped(
+                    kind.name(),
+                    label,
+                    "direct: the backends serve no TLS".into(),
+                ));
+                continue;
+            }
+            let mut r = run_one(kind, &env, &setup).await;
+            if let Some(u) = r.proxy_cpu_utilization
+                && u < 0.9
+            {
+                r.notes.push(format!(
+                    "the proxy used {:.0}% of its {} core(s): it was not the bottleneck, so this rate measures the load generator or the backends",
+                    u * 100.0,
+                    c.proxy_cores
+                ));
+            }
+            peers.push(r);
+        }
+    }
+    let mut settings = BTreeMap::new();
+    settings.insert("load".into(), format!(
+        "closed loop, {connections} connections, {}s per peer and variant, {} B responses, {}",
+        duration.as_secs(), body,
+        if keep_alive { "keep-alive" } else { "one request per new connection (Connection: close), no session resumption: every request is a full handshake" }
+    ));
+    settings.insert("proxy cores".into(), c.proxy_cores.to_string());
+    settings.insert(
+        "certificate".into(),
+        "RSA-2048 self-signed; TLS 1.2 suite ECDHE-RSA-AES256-GCM-SHA384".into(),
+    );
+    let what = format!(
+        "{}: closed-loop maximum {} on loopback on one machine, the proxy pinned to {} core(s) and the load generator with the backends on the others. A number is the proxy's capacity only where its CPU column is near 100%; otherwise the load generator or backends were the limit.{}",
+        which.name(),
+        match which {
+            Capacity::Rps => "requests per second (1 KB)",
+            Capacity::Tps => "full TLS handshakes per second (RSA-2048, 0 KB)",
+            Capacity::Throughput => "throughput (1 MB responses)",
+        },
+        c.proxy_cores,
+        if q {
+            " Quick mode: a few seconds per peer, so expect a few percent of noise."
+        } else {
+            ""
+        }
+    );
+    Report {
+        scenario: which.name().into(),
+        quick: q,
+        started_utc: String::new(),
+        command: c.command.clone(),
+        what_it_shows: what,
+        machine: c.machine.clone(),
+        settings,
+        peers,
+        scale: Vec::new(),
+        extra: Vec::new(),
+    }
+}

@@ -1,0 +1,304 @@
+//! Scenarios: each starts the peers one after another with fresh backends, runs the load (and
+//! the churn, if any) against each, and collects a [`PeerResult`] per peer and variant.
+
+pub mod capacity;
+pub mod churn;
+pub mod scale;
+pub mod validate;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::load::{self, Hooks, Live, LoadSpec};
+use crate::peers::{HOST, Peer, PeerEnv, PeerKind};
+use crate::pods::{Pods, Terminating};
+use crate::report::{Event, PeerResult};
+use crate::sys;
+
+/// Samples a process tree's memory while a run goes on; CPU is read at both ends.
+#[derive(Debug)]
+pub struct Usage {
+    pid: Option<u32>,
+    cpu0: f64,
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Usage {
+    /// Starts sampling `pid`'s tree every 200 ms.
+    pub fn start(pid: Option<u32>) -> Self {
+        let peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        if let Some(pid) = pid {
+            let (peak, stop) = (Arc::clone(&peak), Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    peak.fetch_max(sys::tree_rss_bytes(pid), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            });
+        }
+        Self {
+            pid,
+            cpu0: pid.map_or(0.0, sys::tree_cpu_seconds),
+            peak,
+            stop,
+        }
+    }
+
+    /// CPU seconds since the start and peak memory (sampled tree RSS, or the main process's
+    /// VmHWM if larger).
+    pub fn finish(self) -> (f64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let Some(pid) = self.pid else { return (0.0, 0) };
+        let cpu = (sys::tree_cpu_seconds(pid) - self.cpu0).max(0.0);
+        let rss = self
+            .peak
+            .load(Ordering::Relaxed)
+            .max(sys::tree_rss_bytes(pid))
+            .max(sys::peak_rss_bytes(pid));
+        (cpu, rss)
+    }
+}
+
+/// A progress bar over a run's seconds showing live rate and failures.
+pub fn progress(
+    label: &str,
+    secs: u64,
+    live: Arc<Live>,
+) -> (ProgressBar, tokio::task::JoinHandle<()>) {
+    let pb = ProgressBar::new(secs.max(1));
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos:>3}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(label.to_string());
+    let pb2 = pb.clone();
+    let t0 = Instant::now();
+    let task = tokio::spawn(async move {
+        let mut last = (0u64, Instant::now());
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let n = live.responses.load(Ordering::Relaxed);
+            let dt = last.1.elapsed().as_secs_f64().max(1e-3);
+            let rate = (n.saturating_sub(last.0)) as f64 / dt;
+            last = (n, Instant::now());
+            pb2.set_position(t0.elapsed().as_secs().min(pb2.length().unwrap_or(0)));
+            pb2.set_message(format!(
+                "{rate:>7.0} resp/s  failed {}  idle-closed {}",
+                live.failed.load(Ordering::Relaxed),
+                live.idle_closed.load(Ordering::Relaxed)
+            ));
+        }
+    });
+    (pb, task)
+}
+
+/// How one peer run is set up.
+#[derive(Debug, Clone)]
+pub struct RunSetup {
+    /// Variant label.
+    pub variant: String,
+    /// Backend pods at start.
+    pub pods: usize,
+    /// Response body size.
+    pub body_size: usize,
+    /// Load (addrs and TLS are filled in from the peer).
+    pub load: LoadSpec,
+    /// TLS version and session resumption for the client.
+    pub tls: (load::TlsVersion, bool),
+    /// Churn plan, if any.
+    pub churn: Option<churn::ChurnPlan>,
+    /// Cores the proxy was given (for utilisation).
+    pub proxy_cores: usize,
+}
+
+/// Runs one peer through one setup: fresh pods, start, load (+ churn), stop.
+pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerResult {
+    let name = kind.name();
+    if let Some(why) = kind.unavailable(env) {
+        eprintln!("{name:>16}: skipped: {why}");
+        return PeerResult::skipped(name, &setup.variant, why);
+    }
+    let mut pods = Pods::new(setup.body_size);
+    if let Err(e) = pods.add(setup.pods).await {
+        return PeerResult::skipped(name, &setup.variant, format!("backends did not start: {e}"));
+    }
+    let mut peer = match Peer::start(kind, env, &pods.endpoints()).await {
+        Ok(p) => p,
+        Err(e) => {
+            pods.stop_all().await;
+            eprintln!("{name:>16}: skipped: {e}");
+            return PeerResult::skipped(name, &setup.variant, format!("failed to start: {e}"));
+        }
+    };
+    let mut spec = setup.load.clone();
+    spec.addrs = vec![peer.target];
+    spec.host = HOST.into();
+    spec.tls = peer.tls(setup.tls.0, setup.tls.1);
+    let live = Arc::new(Live::default());
+    let (tx, rx) = oneshot::channel();
+    let hooks = Hooks {
+        started: Some(tx),
+        live: Arc::clone(&live),
+    };
+    let (pb, pb_task) = progress(
+        &format!("{name} {}", setup.variant),
+        spec.duration.as_secs(),
+        live,
+    );
+    let pid = peer.pid();
+    let mut term = Terminating::default();
+    let churn = if kind == PeerKind::Direct {
+        None
+    } else {
+        setup.churn.as_ref()
+    };
+    let driver = async {
+        let Ok(t0) = rx.await else {
+            return (Usage::start(pid), Vec::new());
+        };
+        // CPU is counted from the measured start, after the connections were opened.
+        let usage = Usage::start(pid);
+        let driven = match churn {
+            Some(plan) => churn::drive(&mut peer, &mut pods, &mut term, t0, plan).await,
+            None => Vec::new(),
+        };
+        (usage, driven)
+    };
+    let (res, (usage, driven)) = tokio::join!(load::run(&spec, hooks), driver);
+    let (cpu, rss) = usage.finish();
+    pb_task.abort();
+    let mut notes: Vec<String> = Vec::new();
+    let events: Vec<Event> = driven
+        .into_iter()
+        .filter_map(|d| match d {
+            churn::Driven::Event(e) => Some(e),
+            churn::Driven::Note(n) => {
+                notes.push(n);
+                None
+            }
+        })
+        .collect();
+    term.finish().await;
+    let changes = peer.changes;
+    let settings = peer.settings.clone();
+    let proto = peer.proto;
+    peer.stop().await;
+    pods.stop_all().await;
+    let load = match res {
+        Ok(l) => l,
+        Err(e) => {
+            pb.finish_and_clear();
+            return PeerResult::skipped(name, &setup.variant, format!("load failed: {e}"));
+        }
+    };
+    pb.finish_with_message(format!(
+        "{:.0} req/s, {} failed, {} idle-closed, p99 {:.2} ms",
+        load.achieved_rps, load.requests_failed, load.idle_closed_by_server, load.latency_ms.p99
+    ));
+    if kind == PeerKind::Direct && setup.churn.is_some() {
+        notes.push(
+            "direct: no proxy, so no churn; load straight at one backend as the baseline".into(),
+        );
+    }
+    if proto != env.proto {
+        notes.push(format!("client protocol {proto:?} (direct has no TLS)"));
+    }
+    let variant = if proto == env.proto {
+        setup.variant.clone()
+    } else {
+        format!("{proto:?}").to_lowercase()
+    };
+    let mut r = PeerResult {
+        name: name.into(),
+        variant,
+        changes,
+        cpu_seconds: cpu,
+        peak_rss_bytes: rss,
+        settings,
+        events,
+        notes,
+        ..PeerResult::default()
+    }
+    .with_load(&load);
+    r.cpu_ms_per_1k_requests = if load.requests > 0 {
+        cpu * 1e6 / load.requests as f64
+    } else {
+        0.0
+    };
+    if matches!(setup.load.mode, load::Mode::Closed) && kind != PeerKind::Direct {
+        r.proxy_cpu_utilization = Some(cpu / (load.duration_s * setup.proxy_cores.max(1) as f64));
+    }
+    r.propagation = churn::propagation(&r);
+    r
+}
+
+/// Options shared by the scenarios (from the command line).
+#[derive(Debug, Clone)]
+pub struct Common {
+    /// Quick mode.
+    pub quick: bool,
+    /// Peers to run, in order.
+    pub peers: Vec<PeerKind>,
+    /// Client protocol (scenario default if `None`).
+    pub proto: Option<crate::peers::Proto>,
+    /// Requests per second (open loop).
+    pub rate: Option<f64>,
+    /// Connections.
+    pub connections: Option<usize>,
+    /// Load duration per peer.
+    pub duration: Option<Duration>,
+    /// Churn: time at each replica count.
+    pub interval: Option<Duration>,
+    /// Connect and response timeout of the load generator.
+    pub timeout: Duration,
+    /// How peers are started (the protocol is set per variant).
+    pub env: PeerEnv,
+    /// Churn removal order.
+    pub removal: crate::pods::Removal,
+    /// Churn: time between the two steps of a removal.
+    pub gap: Option<Duration>,
+    /// Cores given to the proxy.
+    pub proxy_cores: usize,
+    /// Ingress counts for the scale scenario.
+    pub ingresses: Option<Vec<usize>>,
+    /// The command line, for the report.
+    pub command: String,
+    /// Machine facts for the report.
+    pub machine: std::collections::BTreeMap<String, String>,
+}
+
+/// Seconds as a Duration.
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (and a file-name-safe variant).
+pub fn utc_now() -> (String, String) {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (t / 86_400, t % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (hh, mm, ss) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    (
+        format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z"),
+        format!("{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}"),
+    )
+}
