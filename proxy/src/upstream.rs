@@ -7,7 +7,12 @@
 //! - a pooled connection that turns out closed before the request was written hands the request
 //!   back (hyper's `try_send_request`): retry, any method;
 //! - an idempotent, body-less request on a *reused* connection that broke after it was written
-//!   (the peer closed its idle connection as we sent) is replayed once on a fresh pick;
+//!   (the peer closed its idle connection as we sent) is replayed on a fresh pick;
+//! - after either of the two above, the next attempt opens a *new* connection instead of taking
+//!   another idle one: a pod that is shutting down closes all its idle connections at once, so
+//!   its other pooled connections are likely dead too, and a new connect to it is refused and
+//!   moves on to a different endpoint. A break on a new connection is never replayed, which
+//!   bounds the replays (and `2 × tries + 2` bounds the attempts);
 //! - anything else is a 502.
 
 use std::sync::Arc;
@@ -85,9 +90,9 @@ pub async fn send(
     let set = cluster.endpoints.load_full();
     let mut tried = Tried::default();
     let mut pending = Some(req);
-    let mut replayed = false;
+    let mut fresh = false;
     let mut last_connect: Option<ConnectError> = None;
-    let max_attempts = tries.max(1) as usize + 2;
+    let max_attempts = 2 * tries.max(1) as usize + 2;
     for attempt in 0..max_attempts {
         let Some(req) = pending.take() else { break };
         if tried.len() >= tries.max(1) as usize {
@@ -100,7 +105,7 @@ pub async fn send(
             cluster.stats.retries.inc();
         }
         let flight = ep.start();
-        let checkout = match ep.pool.checkout().await {
+        let checkout = match ep.pool.checkout(std::mem::take(&mut fresh)).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(endpoint = %ep.addr, pool = %cluster.name, error = %e, "connect failed; trying another endpoint");
@@ -114,8 +119,7 @@ pub async fn send(
                 continue;
             }
         };
-        let can_replay =
-            checkout.reused && !replayed && idempotent(req.method()) && req.body().is_end_stream();
+        let can_replay = checkout.reused && idempotent(req.method()) && req.body().is_end_stream();
         let (parts, body) = req.into_parts();
         let replay = can_replay.then(|| copy_head(&parts));
         let req = Request::from_parts(parts, body);
@@ -142,12 +146,13 @@ pub async fn send(
                 if let Some(back) = e.take_message() {
                     // Never written: the pooled connection was already dead. Safe for any method.
                     tracing::debug!(endpoint = %ep.addr, "pooled connection was closed; retrying");
+                    fresh = true;
                     pending = Some(back);
                     continue;
                 }
                 if let Some(r) = replay {
                     tracing::debug!(endpoint = %ep.addr, error = %e.error(), "reused connection broke; replaying idempotent request");
-                    replayed = true;
+                    fresh = true;
                     pending = Some(r);
                     continue;
                 }
