@@ -13,7 +13,7 @@
 //! Slow, so ignored by default. Run it optimised:
 //!
 //! ```sh
-//! cargo test --release -p sluice-tests --test controller_scale -- --ignored --nocapture
+//! cargo test --release -p sluice-bench --test controller_scale -- --ignored --nocapture
 //! SLUICE_SCALE_INGRESSES=1000 cargo test ...   # smaller
 //! ```
 //!
