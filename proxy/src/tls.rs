@@ -18,9 +18,18 @@ use sluice_config::host::{HostBuf, normalize_request_host};
 use sluice_config::{CertificatePem, ObjectRef, Snapshot};
 
 /// The crypto provider sluice uses everywhere (aws-lc-rs: measured faster than ring for the
-/// RSA-2048 signatures that dominate full handshakes; see the benchmark notes).
+/// RSA-2048 signatures that dominate full handshakes; see the benchmark notes). The `ring`
+/// feature swaps it, for that comparison.
+#[cfg(not(feature = "ring"))]
 pub fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
+}
+
+/// The crypto provider sluice uses everywhere: ring, chosen by the `ring` feature (built only
+/// to compare providers; the default is aws-lc-rs).
+#[cfg(feature = "ring")]
+pub fn provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
 }
 
 /// Installs [`provider`] as the process default, so that any library in the graph that asks
@@ -201,7 +210,14 @@ pub fn server_config(
         vec![b"http/1.1".to_vec()]
     };
     if opts.session_resumption {
-        cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        #[cfg(not(feature = "ring"))]
+        {
+            cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        }
+        #[cfg(feature = "ring")]
+        {
+            cfg.ticketer = rustls::crypto::ring::Ticketer::new()?;
+        }
     } else {
         cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         cfg.send_tls13_tickets = 0;
