@@ -26,6 +26,25 @@ pub struct ConnInfo {
     pub local: SocketAddr,
     /// Whether the connection is TLS.
     pub tls: bool,
+    /// `remote`'s IP as a header value, rendered once per connection rather than per request.
+    client_ip: HeaderValue,
+    /// `local`'s port as a header value (`X-Forwarded-Port`), likewise rendered once.
+    local_port: HeaderValue,
+}
+
+impl ConnInfo {
+    /// Facts about a new client connection; renders the per-connection header values once.
+    pub fn new(remote: SocketAddr, local: SocketAddr, tls: bool) -> Self {
+        let client_ip = HeaderValue::from_str(&remote.ip().to_string())
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        Self {
+            remote,
+            local,
+            tls,
+            client_ip,
+            local_port: HeaderValue::from(local.port()),
+        }
+    }
 }
 
 static SERVER: HeaderValue = HeaderValue::from_static("sluice");
@@ -255,12 +274,14 @@ async fn route(
     {
         h.insert(header::HOST, a);
     }
-    let ip = conn.remote.ip().to_string();
     let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip,
+        Some(prev) => {
+            let ip = conn.client_ip.to_str().unwrap_or("unknown");
+            HeaderValue::from_str(&format!("{prev}, {ip}")).ok()
+        }
+        None => Some(conn.client_ip.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = xff {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
     h.insert(
@@ -270,10 +291,7 @@ async fn route(
     if let Some(host) = h.get(header::HOST).cloned() {
         h.insert(X_FORWARDED_HOST.clone(), host);
     }
-    h.insert(
-        X_FORWARDED_PORT.clone(),
-        HeaderValue::from(conn.local.port()),
-    );
+    h.insert(X_FORWARDED_PORT.clone(), conn.local_port.clone());
     if !h.contains_key(&X_REQUEST_ID) {
         h.insert(X_REQUEST_ID.clone(), request_id());
     }

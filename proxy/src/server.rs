@@ -155,11 +155,11 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             }
         };
         let _ = stream.set_nodelay(true);
-        let info = Arc::new(ConnInfo {
+        let info = Arc::new(ConnInfo::new(
             remote,
-            local: stream.local_addr().ok().or(local).unwrap_or(remote),
-            tls: ctx.tls.is_some(),
-        });
+            stream.local_addr().ok().or(local).unwrap_or(remote),
+            ctx.tls.is_some(),
+        ));
         let watcher = ctx.graceful.watcher();
         let conn_ctx = ConnCtx {
             dp: Arc::clone(&ctx.dp),
