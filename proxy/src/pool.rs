@@ -182,7 +182,7 @@ impl HostPool {
     }
 
     async fn checkout_h1(self: &Arc<Self>, fresh: bool) -> Result<Checkout, ConnectError> {
-        while let Some(mut idle) = (!fresh).then(|| self.pop_idle()).flatten() {
+        while !fresh && let Some(mut idle) = self.pop_idle() {
             if idle.sender.is_closed() || idle.since.elapsed() > self.settings.idle_timeout {
                 continue;
             }

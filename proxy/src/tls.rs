@@ -17,19 +17,18 @@ use rustls::{ServerConfig, version};
 use sluice_config::host::{HostBuf, normalize_request_host};
 use sluice_config::{CertificatePem, ObjectRef, Snapshot};
 
-/// The crypto provider sluice uses everywhere (aws-lc-rs: measured faster than ring for the
-/// RSA-2048 signatures that dominate full handshakes; see the benchmark notes). The `ring`
-/// feature swaps it, for that comparison.
+// The crypto backend: aws-lc-rs (measured faster than ring for the RSA-2048 signatures that
+// dominate full handshakes; see the benchmark notes). The `ring` feature swaps it, only for that
+// comparison; provider and session ticketer both come from the one chosen here.
 #[cfg(not(feature = "ring"))]
-pub fn provider() -> CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
-}
-
-/// The crypto provider sluice uses everywhere: ring, chosen by the `ring` feature (built only
-/// to compare providers; the default is aws-lc-rs).
+use rustls::crypto::aws_lc_rs as backend;
 #[cfg(feature = "ring")]
+use rustls::crypto::ring as backend;
+
+/// The crypto provider sluice uses everywhere (aws-lc-rs by default, ring with the `ring`
+/// feature).
 pub fn provider() -> CryptoProvider {
-    rustls::crypto::ring::default_provider()
+    backend::default_provider()
 }
 
 /// Installs [`provider`] as the process default, so that any library in the graph that asks
@@ -210,14 +209,7 @@ pub fn server_config(
         vec![b"http/1.1".to_vec()]
     };
     if opts.session_resumption {
-        #[cfg(not(feature = "ring"))]
-        {
-            cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
-        }
-        #[cfg(feature = "ring")]
-        {
-            cfg.ticketer = rustls::crypto::ring::Ticketer::new()?;
-        }
+        cfg.ticketer = backend::Ticketer::new()?;
     } else {
         cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         cfg.send_tls13_tickets = 0;
