@@ -10,7 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use crate::endpoint::InFlight;
-use crate::pool::PooledH1;
+use crate::h1::{H1Body, H1Error};
 
 /// Errors while streaming a body.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,9 @@ pub enum BodyError {
     /// The underlying connection failed.
     #[error(transparent)]
     Hyper(#[from] hyper::Error),
+    /// The HTTP/1.1 upstream connection failed or sent a malformed body.
+    #[error(transparent)]
+    Upstream(#[from] H1Error),
 }
 
 /// A request body on its way upstream.
@@ -91,27 +94,19 @@ impl Body for ReqBody {
     }
 }
 
-/// What must happen when an upstream response body ends: the request stops counting as in
-/// flight, and an HTTP/1 connection goes back to the idle pool.
-#[derive(Debug)]
-pub struct Completion {
-    /// The in-flight mark of the endpoint.
-    pub in_flight: InFlight,
-    /// The connection to return when the body completed cleanly.
-    pub conn: Option<PooledH1>,
-}
-
 /// A response body for the client.
 #[derive(Debug)]
 pub enum RespBody {
     /// A local answer (error page, redirect, admin output).
     Full(Option<Bytes>),
-    /// Streamed from upstream.
-    Upstream {
+    /// Streamed from an HTTP/1.1 upstream (the body owns its connection until it ends).
+    H1(H1Body),
+    /// Streamed from an HTTP/2 upstream.
+    H2 {
         /// The upstream body.
         inner: Incoming,
-        /// Bookkeeping to run at the end.
-        done: Option<Completion>,
+        /// The endpoint's in-flight mark, ended with the body.
+        in_flight: Option<InFlight>,
     },
 }
 
@@ -125,41 +120,27 @@ impl RespBody {
     pub fn empty() -> Self {
         RespBody::Full(None)
     }
-
-    fn finish(done: &mut Option<Completion>) {
-        if let Some(c) = done.take()
-            && let Some(conn) = c.conn
-        {
-            conn.release();
-        }
-    }
 }
 
 impl Body for RespBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             RespBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            RespBody::Upstream { inner, done } => {
+            RespBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(BodyError::Upstream),
+            RespBody::H2 { inner, in_flight } => {
                 let r = Pin::new(&mut *inner).poll_frame(cx);
                 match &r {
-                    Poll::Ready(None) => Self::finish(done),
-                    Poll::Ready(Some(Ok(_))) if inner.is_end_stream() => Self::finish(done),
-                    // On error the connection is dropped with the completion (not reused).
-                    Poll::Ready(Some(Err(_))) => {
-                        if let Some(c) = done.as_mut() {
-                            c.conn = None;
-                        }
-                        *done = None;
-                    }
+                    Poll::Ready(None | Some(Err(_))) => *in_flight = None,
+                    Poll::Ready(Some(Ok(_))) if inner.is_end_stream() => *in_flight = None,
                     _ => {}
                 }
-                r
+                r.map_err(BodyError::Hyper)
             }
         }
     }
@@ -167,7 +148,8 @@ impl Body for RespBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RespBody::Full(b) => b.is_none(),
-            RespBody::Upstream { inner, .. } => inner.is_end_stream(),
+            RespBody::H1(b) => b.is_end_stream(),
+            RespBody::H2 { inner, .. } => inner.is_end_stream(),
         }
     }
 
@@ -175,7 +157,8 @@ impl Body for RespBody {
         match self {
             RespBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),
-            RespBody::Upstream { inner, .. } => inner.size_hint(),
+            RespBody::H1(b) => b.size_hint(),
+            RespBody::H2 { inner, .. } => inner.size_hint(),
         }
     }
 }

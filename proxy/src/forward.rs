@@ -11,9 +11,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sluice_config::UpstreamProtocol;
 use sluice_config::host::{HostBuf, normalize_request_host, strip_port};
+use tokio::io::AsyncWriteExt;
 
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
+use crate::forwarded::ProxyHeaders;
 use crate::routes::{Action, Target};
 use crate::upstream::{self, UpstreamError};
 
@@ -48,11 +50,6 @@ impl ConnInfo {
 }
 
 static SERVER: HeaderValue = HeaderValue::from_static("sluice");
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
-static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -77,9 +74,29 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
+/// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1) or `Expect`, which the proxy
+/// answers itself. One pass over the names is far cheaper than removing each candidate
+/// (a hash lookup apiece) from every request and response, which mostly carry none.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    *name == header::CONNECTION
+        || *name == header::TE
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::TRAILER
+        || *name == header::UPGRADE
+        || *name == header::PROXY_AUTHORIZATION
+        || *name == header::EXPECT
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`, and
+/// `Expect` (our server answers `100-continue` to the client when the body is first read; the
+/// upstream gets the body without waiting for a 100 of its own).
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so the upgrade can pass.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -97,6 +114,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         &header::PROXY_AUTHORIZATION,
         &header::TRAILER,
         &header::TRANSFER_ENCODING,
+        &header::EXPECT,
     ] {
         headers.remove(n);
     }
@@ -113,22 +131,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         headers.remove(header::CONNECTION);
         headers.remove(header::UPGRADE);
     }
-}
-
-fn request_id() -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = [0u8; 32];
-    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
-    for (i, byte) in a
-        .to_be_bytes()
-        .iter()
-        .chain(b.to_be_bytes().iter())
-        .enumerate()
-    {
-        out[2 * i] = HEX[usize::from(byte >> 4)];
-        out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
-    }
-    HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
@@ -155,6 +157,10 @@ fn error_response(e: &UpstreamError) -> Response<RespBody> {
         UpstreamError::ConnectFailed { pool, .. } => local(
             StatusCode::BAD_GATEWAY,
             format!("502 Bad Gateway: could not connect to any endpoint of {pool}\n"),
+        ),
+        UpstreamError::BodyTooLarge(limit) => local(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("413 Payload Too Large: the limit is {limit} bytes\n"),
         ),
         UpstreamError::Broken { .. } => local(
             StatusCode::BAD_GATEWAY,
@@ -267,33 +273,12 @@ async fn route(
     let authority = parts.uri.authority().map(|a| a.as_str().to_string());
     strip_hop_by_hop(&mut parts.headers, upgrade);
     let h = &mut parts.headers;
-    if !h.contains_key(header::HOST)
-        && let Some(a) = authority
-            .as_deref()
-            .and_then(|a| HeaderValue::from_str(a).ok())
+    if let Some(a) = authority
+        .as_deref()
+        .and_then(|a| HeaderValue::from_str(a).ok())
+        && !h.contains_key(header::HOST)
     {
         h.insert(header::HOST, a);
-    }
-    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) => {
-            let ip = conn.client_ip.to_str().unwrap_or("unknown");
-            HeaderValue::from_str(&format!("{prev}, {ip}")).ok()
-        }
-        None => Some(conn.client_ip.clone()),
-    };
-    if let Some(v) = xff {
-        h.insert(X_FORWARDED_FOR.clone(), v);
-    }
-    h.insert(
-        X_FORWARDED_PROTO.clone(),
-        HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
-    );
-    if let Some(host) = h.get(header::HOST).cloned() {
-        h.insert(X_FORWARDED_HOST.clone(), host);
-    }
-    h.insert(X_FORWARDED_PORT.clone(), conn.local_port.clone());
-    if !h.contains_key(&X_REQUEST_ID) {
-        h.insert(X_REQUEST_ID.clone(), request_id());
     }
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if h2_up {
@@ -305,16 +290,16 @@ async fn route(
         parts.uri = format!("http://{host}{pq}")
             .parse()
             .unwrap_or_else(|_| Uri::from_static("/"));
-    } else {
-        parts.version = Version::HTTP_11;
-        if parts.uri.authority().is_some() {
-            parts.uri = pq.parse().unwrap_or_else(|_| Uri::from_static("/"));
-        }
     }
     let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
+    let fwd = ProxyHeaders {
+        client_ip: &conn.client_ip,
+        tls: conn.tls,
+        port: &conn.local_port,
+    };
     let delivered = match tokio::time::timeout(
         s.request_timeout,
-        upstream::send(cluster, up_req, s.upstream_tries),
+        upstream::send(cluster, up_req, s.upstream_tries, &fwd),
     )
     .await
     {
@@ -331,28 +316,13 @@ async fn route(
         Ok(Ok(d)) => d,
     };
     let upstream::Delivered {
-        response,
-        mut completion,
-        ..
+        response, upgrade, ..
     } = delivered;
     let (mut rparts, rbody) = response.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         // The connection now belongs to the tunnel; it never goes back to the pool.
-        completion.conn = None;
-        let upstream_upgrade = rparts.extensions.remove::<hyper::upgrade::OnUpgrade>();
-        if let (Some(client), Some(upstream)) = (client_upgrade, upstream_upgrade) {
-            tokio::spawn(async move {
-                let _in_flight = completion;
-                match tokio::try_join!(client, upstream) {
-                    Ok((c, u)) => {
-                        let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
-                            tracing::debug!(error = %e, "tunnel closed with an error");
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, "upgrade failed"),
-                }
-            });
+        if let (Some(client), Some(up)) = (client_upgrade, upgrade) {
+            tokio::spawn(tunnel(client, up));
         }
         rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
@@ -360,20 +330,32 @@ async fn route(
     strip_hop_by_hop(&mut rparts.headers, false);
     rparts.headers.insert(header::SERVER, SERVER.clone());
     rparts.version = Version::HTTP_11;
-    let body = if http_body::Body::is_end_stream(&rbody) {
-        if let Some(c) = completion.conn.take() {
-            c.release();
-        }
-        drop(completion);
-        RespBody::Upstream {
-            inner: rbody,
-            done: None,
-        }
-    } else {
-        RespBody::Upstream {
-            inner: rbody,
-            done: Some(completion),
+    Response::from_parts(rparts, rbody)
+}
+
+/// Joins the client's upgraded connection with the upstream socket: first the bytes the
+/// upstream sent right after its 101, then both directions until either side closes.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, up: upstream::UpstreamUpgrade) {
+    let upstream::UpstreamUpgrade {
+        io: mut upstream,
+        leftover,
+        in_flight: _in_flight,
+    } = up;
+    let client = match client.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
         }
     };
-    Response::from_parts(rparts, body)
+    let mut client = TokioIo::new(client);
+    if !leftover.is_empty()
+        && let Err(e) = client.write_all(&leftover).await
+    {
+        tracing::debug!(error = %e, "tunnel closed with an error");
+        return;
+    }
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(error = %e, "tunnel closed with an error");
+    }
 }

@@ -12,6 +12,8 @@ pub mod cluster;
 pub mod dataplane;
 pub mod endpoint;
 pub mod forward;
+pub mod forwarded;
+pub mod h1;
 pub mod listener;
 pub mod metrics;
 pub mod pool;

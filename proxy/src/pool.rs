@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use crossbeam_queue::SegQueue;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use sluice_config::UpstreamProtocol;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::body::ReqBody;
+use crate::h1::{H1Conn, UpIo};
 use crate::upstream_tls::UpstreamTls;
 
 /// Identity of a connection: who we talk to and how.
@@ -83,7 +84,7 @@ pub enum ConnectError {
 
 #[derive(Debug)]
 struct IdleH1 {
-    sender: http1::SendRequest<ReqBody>,
+    conn: H1Conn,
     since: Instant,
 }
 
@@ -105,50 +106,36 @@ pub struct HostPool {
 /// A checked-out HTTP/1 connection; [`PooledH1::release`] puts it back.
 #[derive(Debug)]
 pub struct PooledH1 {
-    /// The request sender.
-    pub sender: http1::SendRequest<ReqBody>,
+    /// The connection.
+    pub conn: H1Conn,
     pool: Arc<HostPool>,
 }
 
 impl PooledH1 {
-    /// Returns the connection to the idle queue (dropped when closed or when the queue is full).
+    /// Returns the connection to the idle queue (dropped when the queue is full). Call only
+    /// when the last response ended cleanly and allowed keep-alive.
     pub fn release(self) {
         let pool = &self.pool;
-        if self.sender.is_closed() {
-            return;
-        }
         if pool.idle_len.fetch_add(1, Ordering::AcqRel) >= pool.settings.max_idle_per_host.max(1) {
             pool.idle_len.fetch_sub(1, Ordering::AcqRel);
             return;
         }
         pool.idle.push(IdleH1 {
-            sender: self.sender,
+            conn: self.conn,
             since: Instant::now(),
         });
     }
 }
 
-/// A connection ready to carry one request.
-#[derive(Debug)]
-pub enum Conn {
-    /// HTTP/1.1 (plain or TLS).
-    H1(PooledH1),
-    /// HTTP/2 cleartext.
-    H2(http2::SendRequest<ReqBody>),
-}
-
-/// A connection plus whether it came from the idle pool (a reused connection may have been
-/// closed by the peer in the meantime, which makes a replay safe for idempotent requests).
+/// An HTTP/1 connection plus whether it came from the idle pool (a reused connection may have
+/// been closed by the peer in the meantime, which makes a replay safe for idempotent requests).
 #[derive(Debug)]
 pub struct Checkout {
     /// The connection.
-    pub conn: Conn,
+    pub conn: PooledH1,
     /// Taken from the pool rather than freshly connected.
     pub reused: bool,
 }
-
-/// How long a pooled HTTP/1 connection may take to become ready again before we give up on it.
-const READY_WAIT: Duration = Duration::from_millis(250);
 
 impl HostPool {
     fn pop_idle(&self) -> Option<IdleH1> {
@@ -172,64 +159,51 @@ impl HostPool {
         self.idle_len.load(Ordering::Acquire)
     }
 
-    /// Gets a connection: a live idle one when there is one, else a new one; with `fresh`
-    /// always a new one (HTTP/1; after a pooled connection turned out dead, see `upstream`).
-    pub async fn checkout(self: &Arc<Self>, fresh: bool) -> Result<Checkout, ConnectError> {
-        match self.key.protocol {
-            UpstreamProtocol::H2c => self.checkout_h2().await,
-            UpstreamProtocol::Http1 | UpstreamProtocol::Https => self.checkout_h1(fresh).await,
-        }
-    }
-
-    async fn checkout_h1(self: &Arc<Self>, fresh: bool) -> Result<Checkout, ConnectError> {
+    /// Gets an HTTP/1 connection (cleartext or TLS): a live idle one when there is one, else
+    /// a new one; with `fresh` always a new one (after a pooled connection turned out dead,
+    /// see `upstream`).
+    pub async fn checkout_h1(self: &Arc<Self>, fresh: bool) -> Result<Checkout, ConnectError> {
         while !fresh && let Some(mut idle) = self.pop_idle() {
-            if idle.sender.is_closed() || idle.since.elapsed() > self.settings.idle_timeout {
+            if idle.since.elapsed() > self.settings.idle_timeout || !idle.conn.is_usable() {
                 continue;
             }
-            if !idle.sender.is_ready() {
-                match tokio::time::timeout(READY_WAIT, idle.sender.ready()).await {
-                    Ok(Ok(())) => {}
-                    _ => continue,
-                }
-            }
             return Ok(Checkout {
-                conn: Conn::H1(PooledH1 {
-                    sender: idle.sender,
+                conn: PooledH1 {
+                    conn: idle.conn,
                     pool: Arc::clone(self),
-                }),
+                },
                 reused: true,
             });
         }
         let stream = self.connect_tcp().await?;
-        let sender = match self.key.protocol {
-            UpstreamProtocol::Https => {
-                let tls = self
-                    .settings
+        let io = match self.key.protocol {
+            UpstreamProtocol::Https => UpIo::Tls(Box::new(
+                self.settings
                     .tls
                     .connect(self.key.addr, stream, self.settings.connect_timeout)
-                    .await?;
-                handshake_h1(tls).await?
-            }
-            _ => handshake_h1(stream).await?,
+                    .await?,
+            )),
+            _ => UpIo::Plain(stream),
         };
         Ok(Checkout {
-            conn: Conn::H1(PooledH1 {
-                sender,
+            conn: PooledH1 {
+                conn: H1Conn::new(io),
                 pool: Arc::clone(self),
-            }),
+            },
             reused: false,
         })
     }
 
-    async fn checkout_h2(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
+    /// Gets the shared HTTP/2 (h2c) connection, opening it when there is none or it closed.
+    /// Returns the sender and whether it was reused.
+    pub async fn checkout_h2(
+        self: &Arc<Self>,
+    ) -> Result<(http2::SendRequest<ReqBody>, bool), ConnectError> {
         if let Some(s) = self.h2.load_full()
             && !s.is_closed()
             && s.is_ready()
         {
-            return Ok(Checkout {
-                conn: Conn::H2((*s).clone()),
-                reused: true,
-            });
+            return Ok(((*s).clone(), true));
         }
         let stream = self.connect_tcp().await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -243,10 +217,7 @@ impl HostPool {
             }
         });
         self.h2.store(Some(Arc::new(sender.clone())));
-        Ok(Checkout {
-            conn: Conn::H2(sender),
-            reused: false,
-        })
+        Ok((sender, false))
     }
 
     async fn connect_tcp(&self) -> Result<TcpStream, ConnectError> {
@@ -276,19 +247,6 @@ impl HostPool {
             Ok(Ok(s)) => Ok(s),
         }
     }
-}
-
-async fn handshake_h1<T>(io: T) -> Result<http1::SendRequest<ReqBody>, ConnectError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(io)).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(error = %e, "upstream connection ended");
-        }
-    });
-    Ok(sender)
 }
 
 /// Hands out one [`HostPool`] per identity for as long as anybody holds it.

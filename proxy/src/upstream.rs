@@ -5,7 +5,7 @@
 //!   *different* endpoint, any method, up to `upstream_tries` endpoints; the failed endpoint is
 //!   ejected for a short, growing time;
 //! - a pooled connection that turns out closed before the request was written hands the request
-//!   back (hyper's `try_send_request`): retry, any method;
+//!   back (our HTTP/1 client's `Unsent`, hyper's `try_send_request` for h2c): retry, any method;
 //! - an idempotent, body-less request on a *reused* connection that broke after it was written
 //!   (the peer closed its idle connection as we sent) is replayed on a fresh pick;
 //! - after either of the two above, the next attempt opens a *new* connection instead of taking
@@ -17,15 +17,18 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::request::Parts;
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
-use hyper::body::Incoming;
+use sluice_config::UpstreamProtocol;
 
-use crate::body::{Completion, ReqBody};
+use crate::body::{BodyError, ReqBody, RespBody};
 use crate::cluster::{Cluster, Tried};
-use crate::endpoint::Endpoint;
-use crate::pool::{Conn, ConnectError};
+use crate::endpoint::{Endpoint, EndpointSet, InFlight};
+use crate::forwarded::ProxyHeaders;
+use crate::h1::{self, H1Body, H1Error, ReqFraming, SendError, UpIo};
+use crate::pool::ConnectError;
 
 /// Why a request could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -43,23 +46,38 @@ pub enum UpstreamError {
         /// The last connect error.
         last: ConnectError,
     },
+    /// The client's request body went past the size limit while it was being forwarded.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(u64),
     /// The exchange broke after the request was sent.
     #[error("upstream {addr} failed during the exchange: {source}")]
     Broken {
         /// Endpoint address.
         addr: std::net::SocketAddr,
-        /// hyper's error.
-        source: hyper::Error,
+        /// What broke.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
-/// A response head from upstream plus what to finish when its body ends.
+/// An HTTP/1 connection taken over by a protocol switch (101): the socket, and any bytes the
+/// upstream sent after its response head.
+#[derive(Debug)]
+pub struct UpstreamUpgrade {
+    /// The upstream socket.
+    pub io: UpIo,
+    /// Bytes already read past the 101 head, to pass to the client first.
+    pub leftover: Bytes,
+    /// The endpoint's in-flight mark, held for as long as the tunnel lasts.
+    pub in_flight: InFlight,
+}
+
+/// A response from upstream (body still streaming).
 #[derive(Debug)]
 pub struct Delivered {
-    /// The response (body still streaming).
-    pub response: Response<Incoming>,
-    /// End-of-body bookkeeping.
-    pub completion: Completion,
+    /// The response; its body ends the in-flight mark and returns the connection.
+    pub response: Response<RespBody>,
+    /// For a 101 answer from an HTTP/1 upstream: the connection, now a tunnel.
+    pub upgrade: Option<UpstreamUpgrade>,
     /// The endpoint that answered.
     pub endpoint: Arc<Endpoint>,
 }
@@ -69,6 +87,179 @@ fn idempotent(m: &Method) -> bool {
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
     )
+}
+
+/// Sends `req` to `cluster`, following the retry rules in the module docs.
+/// `fwd` are the proxy headers to add (see [`crate::forwarded`]).
+pub async fn send(
+    cluster: &Cluster,
+    req: Request<ReqBody>,
+    tries: u32,
+    fwd: &ProxyHeaders<'_>,
+) -> Result<Delivered, UpstreamError> {
+    match cluster.protocol {
+        UpstreamProtocol::H2c => {
+            let mut req = req;
+            fwd.apply(req.headers_mut());
+            send_h2(cluster, req, tries).await
+        }
+        UpstreamProtocol::Http1 | UpstreamProtocol::Https => {
+            send_h1(cluster, req, tries, fwd).await
+        }
+    }
+}
+
+/// The bookkeeping shared by both protocols: which endpoints were tried, whether the next
+/// attempt must use a new connection, and the bound on attempts.
+struct Attempts<'a> {
+    cluster: &'a Cluster,
+    set: Arc<EndpointSet>,
+    tried: Tried,
+    tries: usize,
+    attempt: usize,
+    fresh: bool,
+    last_connect: Option<ConnectError>,
+}
+
+impl<'a> Attempts<'a> {
+    fn new(cluster: &'a Cluster, tries: u32) -> Self {
+        Self {
+            cluster,
+            set: cluster.endpoints.load_full(),
+            tried: Tried::default(),
+            tries: tries.max(1) as usize,
+            attempt: 0,
+            fresh: false,
+            last_connect: None,
+        }
+    }
+
+    /// The endpoint for the next attempt, if another attempt is allowed.
+    fn next(&mut self) -> Option<Arc<Endpoint>> {
+        if self.attempt >= 2 * self.tries + 2 || self.tried.len() >= self.tries {
+            return None;
+        }
+        let ep = self.cluster.pick(&self.set, &self.tried)?;
+        if self.attempt > 0 {
+            self.cluster.stats.retries.inc();
+        }
+        self.attempt += 1;
+        Some(ep)
+    }
+
+    /// Connecting to `ep` failed before anything was sent: eject it, try another.
+    fn connect_failed(&mut self, ep: &Endpoint, e: ConnectError) {
+        tracing::debug!(endpoint = %ep.addr, pool = %self.cluster.name, error = %e, "connect failed; trying another endpoint");
+        let d = ep.fail_and_eject();
+        tracing::debug!(endpoint = %ep.addr, ejected_for = ?d, "endpoint ejected");
+        self.cluster.stats.connect_errors.inc();
+        self.cluster.stats.ejections.inc();
+        self.tried.push(ep.addr);
+        self.last_connect = Some(e);
+    }
+
+    /// Why no attempt succeeded.
+    fn exhausted(self) -> UpstreamError {
+        match self.last_connect {
+            Some(last) => UpstreamError::ConnectFailed {
+                pool: self.cluster.name.clone(),
+                tries: self.tried.len(),
+                last,
+            },
+            None => UpstreamError::NoEndpoints(self.cluster.name.clone()),
+        }
+    }
+}
+
+fn broken(ep: &Endpoint, e: H1Error) -> UpstreamError {
+    if let H1Error::RequestBody(b) = &e
+        && let BodyError::TooLarge(limit) = **b
+    {
+        return UpstreamError::BodyTooLarge(limit);
+    }
+    ep.count_failure();
+    UpstreamError::Broken {
+        addr: ep.addr,
+        source: Box::new(e),
+    }
+}
+
+/// HTTP/1.1 (cleartext or TLS) through sluice's own client. The head is encoded once; the
+/// same bytes are what a replay sends.
+async fn send_h1(
+    cluster: &Cluster,
+    req: Request<ReqBody>,
+    tries: u32,
+    fwd: &ProxyHeaders<'_>,
+) -> Result<Delivered, UpstreamError> {
+    let (mut parts, body) = req.into_parts();
+    let framing = h1::request_framing(&parts.method, &mut parts.headers, &body);
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let head = h1::encode_head(&parts.method, target, &parts.headers, framing, fwd);
+    let head_request = parts.method == Method::HEAD;
+    let replayable = idempotent(&parts.method) && framing == ReqFraming::Empty;
+    let mut att = Attempts::new(cluster, tries);
+    let mut body = Some(body);
+    while let Some(b) = body.take() {
+        let Some(ep) = att.next() else { break };
+        let flight = ep.start();
+        let mut checkout = match ep.pool.checkout_h1(std::mem::take(&mut att.fresh)).await {
+            Ok(c) => c,
+            Err(e) => {
+                att.connect_failed(&ep, e);
+                body = Some(b);
+                continue;
+            }
+        };
+        match h1::send(&mut checkout.conn.conn, &head, b, framing).await {
+            Ok((mut rhead, complete)) => {
+                flight.responded();
+                let (rframing, keep_alive) =
+                    h1::response_framing(&mut rhead, head_request).map_err(|e| broken(&ep, e))?;
+                let mut response = Response::new(RespBody::empty());
+                *response.status_mut() = rhead.status;
+                *response.headers_mut() = rhead.headers;
+                let upgrade = if rhead.status == StatusCode::SWITCHING_PROTOCOLS {
+                    let (io, leftover) = checkout.conn.conn.into_parts();
+                    Some(UpstreamUpgrade {
+                        io,
+                        leftover,
+                        in_flight: flight,
+                    })
+                } else {
+                    *response.body_mut() = RespBody::H1(H1Body::new(
+                        checkout.conn,
+                        rframing,
+                        keep_alive && complete,
+                        flight,
+                    ));
+                    None
+                };
+                return Ok(Delivered {
+                    response,
+                    upgrade,
+                    endpoint: ep,
+                });
+            }
+            Err(SendError::Unsent { body: b, error }) => {
+                // Nothing was written: safe for any method. A new connection that cannot take
+                // a write counts against the endpoint.
+                tracing::debug!(endpoint = %ep.addr, reused = checkout.reused, %error, "request not sent; retrying");
+                if !checkout.reused {
+                    att.tried.push(ep.addr);
+                }
+                att.fresh = true;
+                body = Some(b);
+            }
+            Err(SendError::Failed(e)) if checkout.reused && replayable => {
+                tracing::debug!(endpoint = %ep.addr, error = %e, "reused connection broke; replaying idempotent request");
+                att.fresh = true;
+                body = Some(ReqBody::empty());
+            }
+            Err(SendError::Failed(e)) => return Err(broken(&ep, e)),
+        }
+    }
+    Err(att.exhausted())
 }
 
 /// Copies a body-less request so it can be replayed.
@@ -81,95 +272,60 @@ fn copy_head(parts: &Parts) -> Request<ReqBody> {
     r
 }
 
-/// Sends `req` to `cluster`, following the retry rules in the module docs.
-pub async fn send(
+/// HTTP/2 cleartext through hyper's client on the pool's shared connection.
+async fn send_h2(
     cluster: &Cluster,
     req: Request<ReqBody>,
     tries: u32,
 ) -> Result<Delivered, UpstreamError> {
-    let set = cluster.endpoints.load_full();
-    let mut tried = Tried::default();
+    let mut att = Attempts::new(cluster, tries);
     let mut pending = Some(req);
-    let mut fresh = false;
-    let mut last_connect: Option<ConnectError> = None;
-    let max_attempts = 2 * tries.max(1) as usize + 2;
-    for attempt in 0..max_attempts {
-        let Some(req) = pending.take() else { break };
-        if tried.len() >= tries.max(1) as usize {
-            break;
-        }
-        let Some(ep) = cluster.pick(&set, &tried) else {
-            break;
-        };
-        if attempt > 0 {
-            cluster.stats.retries.inc();
-        }
+    while let Some(req) = pending.take() {
+        let Some(ep) = att.next() else { break };
         let flight = ep.start();
-        let checkout = match ep.pool.checkout(std::mem::take(&mut fresh)).await {
+        let (mut sender, reused) = match ep.pool.checkout_h2().await {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(endpoint = %ep.addr, pool = %cluster.name, error = %e, "connect failed; trying another endpoint");
-                let d = ep.fail_and_eject();
-                tracing::debug!(endpoint = %ep.addr, ejected_for = ?d, "endpoint ejected");
-                cluster.stats.connect_errors.inc();
-                cluster.stats.ejections.inc();
-                tried.push(ep.addr);
-                last_connect = Some(e);
+                att.connect_failed(&ep, e);
                 pending = Some(req);
                 continue;
             }
         };
-        let can_replay = checkout.reused && idempotent(req.method()) && req.body().is_end_stream();
+        let can_replay = reused && idempotent(req.method()) && req.body().is_end_stream();
         let (parts, body) = req.into_parts();
         let replay = can_replay.then(|| copy_head(&parts));
-        let req = Request::from_parts(parts, body);
-        let (result, pooled) = match checkout.conn {
-            Conn::H1(mut p) => {
-                let r = p.sender.try_send_request(req).await;
-                (r, Some(p))
-            }
-            Conn::H2(mut s) => (s.try_send_request(req).await, None),
-        };
-        match result {
+        match sender
+            .try_send_request(Request::from_parts(parts, body))
+            .await
+        {
             Ok(response) => {
                 flight.responded();
+                let (rparts, inner) = response.into_parts();
+                let in_flight = (!inner.is_end_stream()).then_some(flight);
                 return Ok(Delivered {
-                    response,
-                    completion: Completion {
-                        in_flight: flight,
-                        conn: pooled,
-                    },
+                    response: Response::from_parts(rparts, RespBody::H2 { inner, in_flight }),
+                    upgrade: None,
                     endpoint: ep,
                 });
             }
             Err(mut e) => {
                 if let Some(back) = e.take_message() {
-                    // Never written: the pooled connection was already dead. Safe for any method.
-                    tracing::debug!(endpoint = %ep.addr, "pooled connection was closed; retrying");
-                    fresh = true;
+                    tracing::debug!(endpoint = %ep.addr, "h2 connection was closed; retrying");
                     pending = Some(back);
                     continue;
                 }
                 if let Some(r) = replay {
                     tracing::debug!(endpoint = %ep.addr, error = %e.error(), "reused connection broke; replaying idempotent request");
-                    fresh = true;
                     pending = Some(r);
                     continue;
                 }
                 ep.count_failure();
                 return Err(UpstreamError::Broken {
                     addr: ep.addr,
-                    source: e.into_error(),
+                    source: Box::new(e.into_error()),
                 });
             }
         }
     }
-    match last_connect {
-        Some(last) => Err(UpstreamError::ConnectFailed {
-            pool: cluster.name.clone(),
-            tries: tried.len(),
-            last,
-        }),
-        None => Err(UpstreamError::NoEndpoints(cluster.name.clone())),
-    }
+    Err(att.exhausted())
 }

@@ -1,0 +1,214 @@
+//! The headers a proxy adds to every forwarded request: `X-Forwarded-For` (appended to),
+//! `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Port` (replacing whatever the client
+//! sent) and `X-Request-ID` (kept, or generated).
+//!
+//! Two renderings of the same rules: [`ProxyHeaders::write_h1`] writes them straight into an
+//! HTTP/1 request head while the client's fields are copied (no header map insertions, hashing
+//! or allocation per request), and [`ProxyHeaders::apply`] puts them into a header map for
+//! HTTP/2 upstreams.
+
+use bytes::{BufMut, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Facts about the client connection that the proxy headers carry.
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyHeaders<'a> {
+    /// The client's IP, rendered once per connection.
+    pub client_ip: &'a HeaderValue,
+    /// Whether the client connection is TLS.
+    pub tls: bool,
+    /// Our port the client connected to, rendered once per connection.
+    pub port: &'a HeaderValue,
+}
+
+/// A fresh request ID: 128 random bits as 32 hex digits.
+pub fn new_request_id() -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
+    for (i, byte) in a
+        .to_be_bytes()
+        .iter()
+        .chain(b.to_be_bytes().iter())
+        .enumerate()
+    {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    out
+}
+
+/// Whether the client's field `name` is replaced by one of ours (and so not copied).
+fn replaced(name: &HeaderName) -> bool {
+    *name == X_FORWARDED_FOR
+        || *name == X_FORWARDED_PROTO
+        || *name == X_FORWARDED_HOST
+        || *name == X_FORWARDED_PORT
+}
+
+fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+impl ProxyHeaders<'_> {
+    fn proto(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
+
+    /// Writes the client's fields (minus the ones we replace) and ours into an HTTP/1 head.
+    pub fn write_h1(&self, headers: &HeaderMap, out: &mut BytesMut) {
+        let mut host = None;
+        let mut prior_for = false;
+        let mut has_id = false;
+        for (name, value) in headers {
+            if replaced(name) {
+                prior_for |= *name == X_FORWARDED_FOR;
+                continue;
+            }
+            if *name == header::HOST {
+                host = Some(value);
+            } else if *name == X_REQUEST_ID {
+                has_id = true;
+            }
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+        out.put_slice(b"x-forwarded-for: ");
+        if prior_for {
+            for v in headers.get_all(&X_FORWARDED_FOR) {
+                out.put_slice(v.as_bytes());
+                out.put_slice(b", ");
+            }
+        }
+        out.put_slice(self.client_ip.as_bytes());
+        out.put_slice(b"\r\n");
+        field(out, b"x-forwarded-proto", self.proto().as_bytes());
+        if let Some(h) = host {
+            field(out, b"x-forwarded-host", h.as_bytes());
+        }
+        field(out, b"x-forwarded-port", self.port.as_bytes());
+        if !has_id {
+            field(out, b"x-request-id", &new_request_id());
+        }
+    }
+
+    /// Puts the same fields into a header map (for HTTP/2 upstreams).
+    pub fn apply(&self, h: &mut HeaderMap) {
+        let mut xff = Vec::new();
+        for v in h.get_all(&X_FORWARDED_FOR) {
+            xff.extend_from_slice(v.as_bytes());
+            xff.extend_from_slice(b", ");
+        }
+        xff.extend_from_slice(self.client_ip.as_bytes());
+        if let Ok(v) = HeaderValue::from_bytes(&xff) {
+            h.insert(X_FORWARDED_FOR.clone(), v);
+        }
+        h.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(self.proto()),
+        );
+        match h.get(header::HOST).cloned() {
+            Some(host) => h.insert(X_FORWARDED_HOST.clone(), host),
+            None => h.remove(&X_FORWARDED_HOST),
+        };
+        h.insert(X_FORWARDED_PORT.clone(), self.port.clone());
+        if !h.contains_key(&X_REQUEST_ID)
+            && let Ok(v) = HeaderValue::from_bytes(&new_request_id())
+        {
+            h.insert(X_REQUEST_ID.clone(), v);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parse_fields(raw: &[u8]) -> Vec<(String, String)> {
+        String::from_utf8(raw.to_vec())
+            .unwrap()
+            .split("\r\n")
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(": ").unwrap();
+                (n.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    fn sorted(mut v: Vec<(String, String)>) -> Vec<(String, String)> {
+        v.retain(|(n, _)| n != "x-request-id");
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn both_renderings_agree() {
+        let ip = HeaderValue::from_static("10.1.2.3");
+        let port = HeaderValue::from_static("8443");
+        let fwd = ProxyHeaders {
+            client_ip: &ip,
+            tls: true,
+            port: &port,
+        };
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("a.example"));
+        h.append("x-forwarded-for", HeaderValue::from_static("1.1.1.1"));
+        h.append("x-forwarded-for", HeaderValue::from_static("2.2.2.2"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("spoofed"));
+        h.insert("x-forwarded-port", HeaderValue::from_static("1"));
+        h.insert(header::USER_AGENT, HeaderValue::from_static("t"));
+        let mut out = BytesMut::new();
+        fwd.write_h1(&h, &mut out);
+        let written = parse_fields(&out);
+        let mut applied = h.clone();
+        fwd.apply(&mut applied);
+        let from_map: Vec<_> = applied
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(sorted(written.clone()), sorted(from_map));
+        let get = |n: &str| {
+            written
+                .iter()
+                .filter(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(get("x-forwarded-for"), ["1.1.1.1, 2.2.2.2, 10.1.2.3"]);
+        assert_eq!(get("x-forwarded-proto"), ["https"]);
+        assert_eq!(get("x-forwarded-host"), ["a.example"]);
+        assert_eq!(get("x-forwarded-port"), ["8443"]);
+        assert_eq!(get("x-request-id")[0].len(), 32);
+    }
+
+    #[test]
+    fn a_client_request_id_is_kept() {
+        let ip = HeaderValue::from_static("10.1.2.3");
+        let port = HeaderValue::from_static("80");
+        let fwd = ProxyHeaders {
+            client_ip: &ip,
+            tls: false,
+            port: &port,
+        };
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", HeaderValue::from_static("abc"));
+        let mut out = BytesMut::new();
+        fwd.write_h1(&h, &mut out);
+        let ids: Vec<_> = parse_fields(&out)
+            .into_iter()
+            .filter(|(n, _)| n == "x-request-id")
+            .collect();
+        assert_eq!(ids, [("x-request-id".to_string(), "abc".to_string())]);
+        assert_ne!(new_request_id(), new_request_id());
+    }
+}

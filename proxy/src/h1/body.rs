@@ -1,0 +1,151 @@
+//! The body of an upstream HTTP/1.1 response, read straight from the upstream socket as the
+//! client connection asks for it. When it ends where its framing said, the connection goes
+//! back to the pool at once (before the client has even been sent the last bytes).
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+use super::H1Error;
+use super::decode::{Chunk, Framing, decode_chunk};
+use crate::endpoint::InFlight;
+use crate::pool::PooledH1;
+
+/// A streaming upstream response body that owns its connection until it ends.
+#[derive(Debug)]
+pub struct H1Body {
+    conn: Option<PooledH1>,
+    framing: Framing,
+    keep_alive: bool,
+    in_flight: Option<InFlight>,
+}
+
+/// What one poll of the body produced, decided while the connection is borrowed.
+enum Step {
+    Frame(Frame<Bytes>, bool),
+    End,
+    Fail(H1Error),
+}
+
+impl H1Body {
+    /// A body read from `conn` with this framing; `keep_alive` says whether the connection may
+    /// be reused once the body has been read. The in-flight mark ends with the body.
+    pub fn new(conn: PooledH1, framing: Framing, keep_alive: bool, in_flight: InFlight) -> Self {
+        let mut b = Self {
+            conn: Some(conn),
+            framing,
+            keep_alive,
+            in_flight: Some(in_flight),
+        };
+        if matches!(b.framing, Framing::Empty) {
+            b.finish();
+        }
+        b
+    }
+
+    /// The body is complete: return the connection when it is clean, end the in-flight mark.
+    fn finish(&mut self) {
+        self.framing = Framing::Empty;
+        if let Some(p) = self.conn.take()
+            && self.keep_alive
+        {
+            p.release();
+        }
+        self.in_flight = None;
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
+        let Some(p) = self.conn.as_mut() else {
+            return Poll::Ready(Step::End);
+        };
+        let c = &mut p.conn;
+        loop {
+            match &mut self.framing {
+                Framing::Empty => return Poll::Ready(Step::End),
+                Framing::Length(rest) => {
+                    if !c.rbuf.is_empty() {
+                        let n = usize::try_from(*rest)
+                            .unwrap_or(usize::MAX)
+                            .min(c.rbuf.len());
+                        let data = c.rbuf.split_to(n).freeze();
+                        *rest -= n as u64;
+                        return Poll::Ready(Step::Frame(Frame::data(data), *rest == 0));
+                    }
+                }
+                Framing::Chunked(state) => match decode_chunk(state, &mut c.rbuf) {
+                    Ok(Chunk::Data(d)) => return Poll::Ready(Step::Frame(Frame::data(d), false)),
+                    Ok(Chunk::Trailers(t)) => {
+                        return Poll::Ready(Step::Frame(Frame::trailers(t), true));
+                    }
+                    Ok(Chunk::End) => return Poll::Ready(Step::End),
+                    Ok(Chunk::NeedMore) => {}
+                    Err(e) => return Poll::Ready(Step::Fail(e)),
+                },
+                Framing::UntilClose => {
+                    if !c.rbuf.is_empty() {
+                        let data = c.rbuf.split().freeze();
+                        return Poll::Ready(Step::Frame(Frame::data(data), false));
+                    }
+                }
+            }
+            match ready!(c.poll_fill(cx)) {
+                Ok(0) if matches!(self.framing, Framing::UntilClose) => {
+                    return Poll::Ready(Step::End);
+                }
+                Ok(0) => return Poll::Ready(Step::Fail(H1Error::Truncated)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Step::Fail(e.into())),
+            }
+        }
+    }
+}
+
+impl Body for H1Body {
+    type Data = Bytes;
+    type Error = H1Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, H1Error>>> {
+        let this = self.get_mut();
+        match ready!(this.poll_step(cx)) {
+            Step::Frame(f, last) => {
+                if last {
+                    // Released before the frame is handed on: the connection is clean now.
+                    let clean = this.conn.as_ref().is_some_and(|p| p.conn.rbuf.is_empty());
+                    this.keep_alive &= clean;
+                    this.finish();
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+            Step::End => {
+                let clean = this.conn.as_ref().is_some_and(|p| p.conn.rbuf.is_empty());
+                this.keep_alive &= clean;
+                this.finish();
+                Poll::Ready(None)
+            }
+            Step::Fail(e) => {
+                // A broken connection is never reused.
+                this.conn = None;
+                this.framing = Framing::Empty;
+                this.in_flight = None;
+                Poll::Ready(Some(Err(e)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.framing, Framing::Empty | Framing::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.framing {
+            Framing::Empty => SizeHint::with_exact(0),
+            Framing::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
