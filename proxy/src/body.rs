@@ -35,10 +35,10 @@ pub struct ReqBody {
 }
 
 impl ReqBody {
-    /// Wraps a client body with a size limit.
-    pub fn new(inner: Incoming, limit: u64) -> Self {
+    /// Wraps a client body (none for a body-less request) with a size limit.
+    pub fn new(inner: Option<Incoming>, limit: u64) -> Self {
         Self {
-            inner: Some(inner),
+            inner,
             limit,
             seen: 0,
         }

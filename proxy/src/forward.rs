@@ -173,7 +173,7 @@ fn error_response(e: &UpstreamError) -> Response<RespBody> {
 pub async fn handle(
     dp: Arc<DataPlane>,
     conn: Arc<ConnInfo>,
-    req: Request<Incoming>,
+    req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
     let started = Instant::now();
     let table = dp.routes();
@@ -224,7 +224,7 @@ async fn route(
     dp: &DataPlane,
     conn: &ConnInfo,
     action: &Action,
-    req: Request<Incoming>,
+    req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
     if action.ssl_redirect && !conn.tls {
         let host = req

@@ -175,6 +175,12 @@ impl HostPool {
                 reused: true,
             });
         }
+        // Boxed: the connect and TLS handshake futures are large, and every request's future
+        // would otherwise carry (and move) them although most requests reuse a connection.
+        Box::pin(self.connect_h1()).await
+    }
+
+    async fn connect_h1(self: &Arc<Self>) -> Result<Checkout, ConnectError> {
         let stream = self.connect_tcp().await?;
         let io = match self.key.protocol {
             UpstreamProtocol::Https => UpIo::Tls(Box::new(

@@ -16,9 +16,15 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use bytes::Bytes;
+use http::Request;
+use hyper::body::Incoming;
+
 use crate::dataplane::DataPlane;
+use crate::fastpath::{self, FastPath, Outcome};
 use crate::forward::{ConnInfo, handle};
 use crate::metrics::ResultLabels;
+use crate::prefixed::Prefixed;
 
 /// Listener options.
 #[derive(Debug, Clone)]
@@ -54,6 +60,9 @@ pub struct Server {
     opts: ServerOptions,
     graceful: Arc<GracefulShutdown>,
     stop: watch::Sender<bool>,
+    /// Tells fast-path connections waiting for a request to close (hyper's connections get
+    /// the same from `graceful`).
+    close_idle: watch::Sender<bool>,
     loops: JoinSet<()>,
     limit: Arc<Semaphore>,
 }
@@ -67,6 +76,7 @@ impl Server {
             opts,
             graceful: Arc::new(GracefulShutdown::new()),
             stop: watch::channel(false).0,
+            close_idle: watch::channel(false).0,
             loops: JoinSet::new(),
             limit,
         }
@@ -81,6 +91,7 @@ impl Server {
             limit: Arc::clone(&self.limit),
             tls,
             builder: Arc::new(builder(&self.opts)),
+            close_idle: self.close_idle.subscribe(),
         };
         let stop = self.stop.subscribe();
         self.loops.spawn(accept_loop(listener, ctx, stop));
@@ -104,6 +115,7 @@ impl Server {
         let deadline = deadline.saturating_sub(started.elapsed());
         let open = self.graceful.count();
         tracing::info!(open_connections = open, ?deadline, "draining connections");
+        let _ = self.close_idle.send(true);
         match Arc::try_unwrap(self.graceful) {
             Ok(g) => tokio::time::timeout(deadline, g.shutdown()).await.is_ok(),
             Err(_) => false,
@@ -119,6 +131,7 @@ struct AcceptCtx {
     limit: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
+    close_idle: watch::Receiver<bool>,
 }
 
 fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
@@ -166,6 +179,9 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             tls: ctx.tls.clone(),
             builder: Arc::clone(&ctx.builder),
             handshake_timeout: ctx.opts.tls_handshake_timeout,
+            header_read_timeout: ctx.opts.header_read_timeout,
+            max_header_size: ctx.opts.max_header_size.max(8192),
+            close_idle: ctx.close_idle.clone(),
         };
         tokio::spawn(async move {
             let ctx = conn_ctx;
@@ -174,7 +190,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             m.connections.inc();
             m.connections_active.inc();
             match &ctx.tls {
-                None => serve_conn(stream, info, &ctx, watcher).await,
+                None => serve_conn(stream, info, &ctx, watcher, true).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await
                     {
@@ -182,7 +198,9 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
                             m.tls_handshakes
                                 .get_or_create(&ResultLabels { result: "ok" })
                                 .inc();
-                            serve_conn(tls, info, &ctx, watcher).await;
+                            // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
+                            let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                            serve_conn(tls, info, &ctx, watcher, fast).await;
                         }
                         Ok(Err(e)) => {
                             m.tls_handshakes
@@ -209,20 +227,41 @@ struct ConnCtx {
     tls: Option<TlsAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     handshake_timeout: Duration,
+    header_read_timeout: Duration,
+    max_header_size: usize,
+    close_idle: watch::Receiver<bool>,
 }
 
-async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher)
+/// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
+/// from the start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
+async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, fast: bool)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (io, prefix) = if fast {
+        let mut fp = FastPath {
+            dp: Arc::clone(&ctx.dp),
+            info: Arc::clone(&info),
+            header_read_timeout: ctx.header_read_timeout,
+            max_header_size: ctx.max_header_size,
+            close_idle: ctx.close_idle.clone(),
+        };
+        match fastpath::serve(io, &mut fp).await {
+            // The watcher drops here: shutdown stops waiting for this connection.
+            Outcome::Closed => return,
+            Outcome::HandOver(io, prefix) => (io, prefix),
+        }
+    } else {
+        (io, Bytes::new())
+    };
     let dp = Arc::clone(&ctx.dp);
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |req: Request<Incoming>| {
         let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
-        async move { Ok::<_, Infallible>(handle(dp, info, req).await) }
+        async move { Ok::<_, Infallible>(handle(dp, info, req.map(Some)).await) }
     });
     let conn = ctx
         .builder
-        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .serve_connection_with_upgrades(TokioIo::new(Prefixed::new(prefix, io)), svc)
         .into_owned();
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "client connection ended with an error");

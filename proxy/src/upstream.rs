@@ -101,7 +101,8 @@ pub async fn send(
         UpstreamProtocol::H2c => {
             let mut req = req;
             fwd.apply(req.headers_mut());
-            send_h2(cluster, req, tries).await
+            // Boxed so that the HTTP/1 path's future does not carry the HTTP/2 one.
+            Box::pin(send_h2(cluster, req, tries)).await
         }
         UpstreamProtocol::Http1 | UpstreamProtocol::Https => {
             send_h1(cluster, req, tries, fwd).await

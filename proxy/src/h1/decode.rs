@@ -71,7 +71,8 @@ pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<He
         ]);
     }
     let head = buf.split_to(n).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    // Room for the fields the proxy adds (Server, sometimes Connection) without a regrow.
+    let mut headers = HeaderMap::with_capacity(spans.len() + 2);
     for &[ns, ne, vs, ve] in spans.iter() {
         let name = HeaderName::from_bytes(&head[ns as usize..ne as usize])
             .map_err(|_| H1Error::Malformed("invalid header name"))?;

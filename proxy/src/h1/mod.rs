@@ -17,7 +17,7 @@
 
 mod body;
 mod conn;
-mod decode;
+pub(crate) mod decode;
 mod encode;
 
 pub use body::H1Body;

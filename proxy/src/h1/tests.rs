@@ -267,7 +267,7 @@ async fn request_bodies_are_framed_by_length_or_chunked() {
     let (incoming, _client) =
         client_body(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n").await;
     let mut headers = HeaderMap::new();
-    let body = ReqBody::new(incoming, 1 << 20);
+    let body = ReqBody::new(Some(incoming), 1 << 20);
     let framing = request_framing(&Method::POST, &mut headers, &body);
     assert_eq!(framing, ReqFraming::Chunked);
     let head = encode_head(
@@ -329,7 +329,7 @@ async fn an_early_answer_stops_the_upload_and_the_connection_is_not_reused() {
     let (incoming, _client) =
         client_body(b"PUT / HTTP/1.1\r\nhost: a\r\ncontent-length: 100000\r\n\r\npartial").await;
     let mut headers = HeaderMap::new();
-    let body = ReqBody::new(incoming, 1 << 20);
+    let body = ReqBody::new(Some(incoming), 1 << 20);
     let framing = request_framing(&Method::PUT, &mut headers, &body);
     assert_eq!(framing, ReqFraming::Length(100_000));
     let head = encode_head(
