@@ -11,6 +11,11 @@
 
 use std::collections::HashMap;
 
+/// Host and path maps. foldhash instead of SipHash: these are looked up on every request
+/// (the host once, the path at each element boundary), the keys come from configuration and
+/// the seed is random per process, so SipHash's flood resistance buys nothing here.
+type Map = HashMap<Box<str>, u32, foldhash::fast::RandomState>;
+
 use crate::model::{HostMatch, PathKind, VirtualHost};
 
 /// What a lookup found: a route of a virtual host, or the default backend.
@@ -30,8 +35,8 @@ pub enum RouteRef {
 /// The path rules of one virtual host, indexed.
 #[derive(Debug, Default, Clone)]
 struct PathTable {
-    exact: HashMap<Box<str>, u32>,
-    prefix: HashMap<Box<str>, u32>,
+    exact: Map,
+    prefix: Map,
 }
 
 impl PathTable {
@@ -64,8 +69,8 @@ impl PathTable {
 /// Host and path index over a list of virtual hosts.
 #[derive(Debug, Default, Clone)]
 pub struct RouteIndex {
-    exact: HashMap<Box<str>, u32>,
-    wildcard: HashMap<Box<str>, u32>,
+    exact: Map,
+    wildcard: Map,
     any: Option<u32>,
     tables: Vec<PathTable>,
     has_default: bool,
