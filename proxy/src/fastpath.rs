@@ -24,7 +24,7 @@ use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -35,7 +35,8 @@ use tokio::time::Instant;
 use crate::body::RespBody;
 use crate::dataplane::DataPlane;
 use crate::forward::{ConnInfo, handle};
-use crate::h1::decode::{Span, lists};
+use crate::h1::decode::{Span, header_map, lists};
+use crate::h1::encode::put_field;
 
 /// Most header fields in a request head (as hyper's default).
 const MAX_HEADERS: usize = 100;
@@ -159,14 +160,7 @@ fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed
     let head = buf.split_to(n).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path_start..path_end))
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for &[ns, ne, vs, ve] in spans.iter() {
-        let name = HeaderName::from_bytes(&head[ns as usize..ne as usize])
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        let value = HeaderValue::from_maybe_shared(head.slice(vs as usize..ve as usize))
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        headers.append(name, value);
-    }
+    let headers = header_map(&head, spans, 0).ok_or(StatusCode::BAD_REQUEST)?;
     let head_request = method == Method::HEAD;
     let mut r = Request::new(None);
     *r.method_mut() = method;
@@ -196,13 +190,6 @@ fn put_date(out: &mut BytesMut) {
         out.put_slice(&d.1);
         out.put_slice(b"\r\n");
     });
-}
-
-fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.put_slice(name);
-    out.put_slice(b": ");
-    out.put_slice(value);
-    out.put_slice(b"\r\n");
 }
 
 /// A short local answer that ends the connection (bad request, head too large).

@@ -16,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
 use crate::forwarded::ProxyHeaders;
+use crate::h1::decode::lists;
 use crate::routes::{Action, Target};
 use crate::upstream::{self, UpstreamError};
 
@@ -63,15 +64,6 @@ pub fn local(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     );
     r.headers_mut().insert(header::SERVER, SERVER.clone());
     r
-}
-
-fn connection_has(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
 /// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1) or `Expect`, which the proxy
@@ -264,7 +256,7 @@ async fn route(
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
     let upgrade = !h2_up
         && parts.headers.contains_key(header::UPGRADE)
-        && connection_has(&parts.headers, "upgrade");
+        && lists(&parts.headers, &header::CONNECTION, "upgrade");
     let client_upgrade = if upgrade {
         parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
     } else {

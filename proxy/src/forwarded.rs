@@ -8,6 +8,8 @@
 //! HTTP/2 upstreams.
 
 use bytes::{BufMut, BytesMut};
+
+use crate::h1::encode::put_field;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -52,13 +54,6 @@ fn replaced(name: &HeaderName) -> bool {
         || *name == X_FORWARDED_PORT
 }
 
-fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.put_slice(name);
-    out.put_slice(b": ");
-    out.put_slice(value);
-    out.put_slice(b"\r\n");
-}
-
 impl ProxyHeaders<'_> {
     fn proto(&self) -> &'static str {
         if self.tls { "https" } else { "http" }
@@ -79,7 +74,7 @@ impl ProxyHeaders<'_> {
             } else if *name == X_REQUEST_ID {
                 has_id = true;
             }
-            field(out, name.as_str().as_bytes(), value.as_bytes());
+            put_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
         out.put_slice(b"x-forwarded-for: ");
         if prior_for {
@@ -90,13 +85,13 @@ impl ProxyHeaders<'_> {
         }
         out.put_slice(self.client_ip.as_bytes());
         out.put_slice(b"\r\n");
-        field(out, b"x-forwarded-proto", self.proto().as_bytes());
+        put_field(out, b"x-forwarded-proto", self.proto().as_bytes());
         if let Some(h) = host {
-            field(out, b"x-forwarded-host", h.as_bytes());
+            put_field(out, b"x-forwarded-host", h.as_bytes());
         }
-        field(out, b"x-forwarded-port", self.port.as_bytes());
+        put_field(out, b"x-forwarded-port", self.port.as_bytes());
         if !has_id {
-            field(out, b"x-request-id", &new_request_id());
+            put_field(out, b"x-request-id", &new_request_id());
         }
     }
 

@@ -72,19 +72,24 @@ pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<He
     }
     let head = buf.split_to(n).freeze();
     // Room for the fields the proxy adds (Server, sometimes Connection) without a regrow.
-    let mut headers = HeaderMap::with_capacity(spans.len() + 2);
-    for &[ns, ne, vs, ve] in spans.iter() {
-        let name = HeaderName::from_bytes(&head[ns as usize..ne as usize])
-            .map_err(|_| H1Error::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(vs as usize..ve as usize))
-            .map_err(|_| H1Error::Malformed("invalid header value"))?;
-        headers.append(name, value);
-    }
+    let headers = header_map(&head, spans, 2).ok_or(H1Error::Malformed("invalid header field"))?;
     Ok(Some(Head {
         status,
         version,
         headers,
     }))
+}
+
+/// Builds a header map from the fields `spans` locate in `head`; the values share `head`'s
+/// memory. `room` is capacity for fields added later. `None` for an invalid name or value.
+pub fn header_map(head: &Bytes, spans: &[Span], room: usize) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(spans.len() + room);
+    for &[ns, ne, vs, ve] in spans {
+        let name = HeaderName::from_bytes(&head[ns as usize..ne as usize]).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(vs as usize..ve as usize)).ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
 }
 
 /// Whether a comma-separated header (all its fields) lists `token`.

@@ -73,6 +73,14 @@ pub fn encode_head(
 /// into one allocation).
 const PROXY_FIELDS: usize = 256;
 
+/// Writes one header line (`name: value` CRLF).
+pub fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
 /// The size line that precedes a chunk of `len` bytes.
 pub fn chunk_size_line(len: usize) -> Bytes {
     Bytes::from(format!("{len:x}\r\n"))
@@ -85,10 +93,7 @@ pub fn last_chunk(trailers: Option<&HeaderMap>) -> Bytes {
     };
     let mut out = BytesMut::from(&b"0\r\n"[..]);
     for (name, value) in t {
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
+        put_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.put_slice(b"\r\n");
     out.freeze()

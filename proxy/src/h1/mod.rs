@@ -18,7 +18,7 @@
 mod body;
 mod conn;
 pub(crate) mod decode;
-mod encode;
+pub(crate) mod encode;
 
 pub use body::H1Body;
 pub use conn::{H1Conn, SendError, UpIo, send};
