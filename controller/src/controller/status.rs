@@ -3,8 +3,13 @@
 //! The leader writes `status.loadBalancer.ingress` of our Ingresses — only when it differs, so a
 //! write's own MODIFIED event changes nothing — and clears it on Ingresses that stop being ours
 //! (when they still carry exactly our addresses).
+//!
+//! The reflector store that decides "differs" can lag behind our own write (the MODIFIED event
+//! is still on its way when the next change wakes the writer). So the writer remembers, per
+//! Ingress, the `resourceVersion` it based its last write on, and never writes again from that
+//! same version: it waits until the store has seen a newer one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -110,13 +115,20 @@ pub async fn addresses(client: &Client, src: &AddressSource) -> Vec<String> {
     }
 }
 
+/// Per Ingress (namespace, name): the `resourceVersion` a successful status write was decided on.
+pub type Written = HashMap<(String, String), String>;
+
 /// Writes status for every Ingress that needs it; returns how many writes were made.
+///
+/// `written` carries what earlier calls wrote: an Ingress whose stored version is still the one a
+/// write was decided on is skipped (the store has not caught up with that write yet).
 pub async fn reconcile(
     client: &Client,
     ingresses: &Store<Ingress>,
     classes: &Store<k8s_openapi::api::networking::v1::IngressClass>,
     opts: &TranslateOptions,
     addrs: &[String],
+    written: &mut Written,
 ) -> usize {
     let mut world = World::new();
     for c in classes.state() {
@@ -124,7 +136,14 @@ pub async fn reconcile(
     }
     let desired: Vec<IngressLoadBalancerIngress> = addrs.iter().map(|a| entry(a)).collect();
     let mut writes = 0;
-    for ing in ingresses.state() {
+    let state = ingresses.state();
+    written.retain(|(ns, name), _| {
+        state.iter().any(|i| {
+            i.metadata.namespace.as_deref() == Some(ns.as_str())
+                && i.metadata.name.as_deref() == Some(name.as_str())
+        })
+    });
+    for ing in state {
         let ours = ingress_is_ours(&world, &ing, opts);
         let cur = current(&ing);
         let target = if ours {
@@ -144,6 +163,12 @@ pub async fn reconcile(
         ) else {
             continue;
         };
+        let key = (ns.to_string(), name.to_string());
+        let seen_rv = ing.metadata.resource_version.clone().unwrap_or_default();
+        if written.get(&key).is_some_and(|rv| *rv == seen_rv) {
+            // Decided on this very version already; its MODIFIED event has not arrived yet.
+            continue;
+        }
         let api: Api<Ingress> = Api::namespaced(client.clone(), ns);
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&target))
@@ -151,6 +176,7 @@ pub async fn reconcile(
         {
             Ok(_) => {
                 writes += 1;
+                written.insert(key, seen_rv);
                 tracing::info!(ingress = %format!("{ns}/{name}"), ours, "ingress status written");
             }
             Err(e) => {
@@ -182,10 +208,14 @@ pub async fn run(
     if ingresses.wait_until_ready().await.is_err() || classes.wait_until_ready().await.is_err() {
         return;
     }
+    let mut written = Written::new();
     loop {
         if *leader.borrow_and_update() {
             let addrs = addresses(&client, &src).await;
-            reconcile(&client, &ingresses, &classes, &opts, &addrs).await;
+            reconcile(&client, &ingresses, &classes, &opts, &addrs, &mut written).await;
+        } else {
+            // A new term starts from what the store says, not from an old term's memory.
+            written.clear();
         }
         tokio::select! {
             r = leader.changed() => if r.is_err() { return },
