@@ -109,6 +109,12 @@ impl DataPlane {
         self.control.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Closes idle upstream connections that expired or that their upstream closed; returns
+    /// how many (see [`crate::pool::HostPool::sweep_idle`]).
+    pub fn sweep_idle_connections(&self) -> usize {
+        self.pools.sweep_idle()
+    }
+
     /// The route table (requests call this once each).
     pub fn routes(&self) -> Arc<RouteTable> {
         self.routes.load_full()

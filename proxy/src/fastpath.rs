@@ -324,6 +324,33 @@ async fn respond<I: AsyncWrite + Unpin>(
     Ok(clean)
 }
 
+/// Handles `req` while watching the client: a client that closes its connection (or resets
+/// it) before the answer cancels the request — the upstream request is dropped and its
+/// connection not reused — as hyper's server does. Pipelined bytes that arrive meanwhile are
+/// kept in `rbuf` (up to one head's worth; beyond that the client is no longer read until
+/// the answer is out). `None`: the client went away.
+async fn handle_watching<I: AsyncRead + Unpin>(
+    io: &mut I,
+    rbuf: &mut BytesMut,
+    fp: &FastPath,
+    req: Request<Option<Incoming>>,
+) -> Option<Response<RespBody>> {
+    let fut = handle(Arc::clone(&fp.dp), Arc::clone(&fp.info), req);
+    tokio::pin!(fut);
+    let limit = fp.max_header_size.saturating_add(READ_SIZE);
+    loop {
+        let watch = rbuf.len() < limit;
+        tokio::select! {
+            biased;
+            resp = &mut fut => return Some(resp),
+            read = io.read_buf(rbuf), if watch => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
 /// Serves `io` until it closes or needs hyper.
 pub async fn serve<I>(mut io: I, fp: &mut FastPath) -> Outcome<I>
 where
@@ -389,7 +416,9 @@ where
             Parsed::Fast(r, k, h) => (r, k, h),
             Parsed::Other | Parsed::Partial => return Outcome::HandOver(io, rbuf.freeze()),
         };
-        let resp = handle(Arc::clone(&fp.dp), Arc::clone(&fp.info), req).await;
+        let Some(resp) = handle_watching(&mut io, &mut rbuf, fp, req).await else {
+            return Outcome::Closed;
+        };
         let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
         match respond(&mut io, &mut out, resp, head_request, close).await {
             Ok(true) if !close => {}

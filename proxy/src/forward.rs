@@ -96,6 +96,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+        // `Connection: host` must not leave the upstream without the host it was routed on.
+        .filter(|n| n != header::HOST)
         .collect();
     for n in listed {
         headers.remove(n);
@@ -161,6 +163,40 @@ fn error_response(e: &UpstreamError) -> Response<RespBody> {
     }
 }
 
+/// Requests no route may see: `CONNECT` (an ingress is not a forward proxy, and a 2xx to it
+/// would turn the upstream connection into a tunnel), and HTTP/1 requests whose target host is
+/// ambiguous — several `Host` fields, or none in HTTP/1.1 (RFC 9112 §3.2 requires a 400), since
+/// routing and the upstream could otherwise disagree on the host.
+fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
+    if req.method() == http::Method::CONNECT {
+        let mut r = local(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "405 Method Not Allowed: CONNECT is not served\n",
+        );
+        r.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+        return Some(r);
+    }
+    if req.version() <= Version::HTTP_11 {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let first = hosts.next();
+        let missing =
+            first.is_none() && req.version() == Version::HTTP_11 && req.uri().authority().is_none();
+        if hosts.next().is_some() || missing {
+            let mut r = local(
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: exactly one Host header is required\n",
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+    }
+    None
+}
+
 /// Handles one request end to end. Loads the route table exactly once.
 pub async fn handle(
     dp: Arc<DataPlane>,
@@ -168,6 +204,9 @@ pub async fn handle(
     req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
     let started = Instant::now();
+    if let Some(refusal) = refuse_early(&req) {
+        return refusal;
+    }
     let table = dp.routes();
     let raw_host = req
         .uri()
@@ -265,10 +304,11 @@ async fn route(
     let authority = parts.uri.authority().map(|a| a.as_str().to_string());
     strip_hop_by_hop(&mut parts.headers, upgrade);
     let h = &mut parts.headers;
+    // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
+    // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
     if let Some(a) = authority
         .as_deref()
         .and_then(|a| HeaderValue::from_str(a).ok())
-        && !h.contains_key(header::HOST)
     {
         h.insert(header::HOST, a);
     }
@@ -313,9 +353,15 @@ async fn route(
     let (mut rparts, rbody) = response.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         // The connection now belongs to the tunnel; it never goes back to the pool.
-        if let (Some(client), Some(up)) = (client_upgrade, upgrade) {
-            tokio::spawn(tunnel(client, up));
-        }
+        let (Some(client), Some(up)) = (client_upgrade, upgrade) else {
+            // A switch nobody asked for: passing it on would leave the client speaking a
+            // protocol we do not tunnel.
+            return local(
+                StatusCode::BAD_GATEWAY,
+                "502 Bad Gateway: the upstream switched protocols unasked\n",
+            );
+        };
+        tokio::spawn(tunnel(client, up));
         rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
     }

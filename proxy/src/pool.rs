@@ -115,6 +115,11 @@ impl PooledH1 {
     /// Returns the connection to the idle queue (dropped when the queue is full). Call only
     /// when the last response ended cleanly and allowed keep-alive.
     pub fn release(self) {
+        if !self.conn.is_clean() {
+            // Bytes past the end of the response: the next request would read them as its
+            // answer.
+            return;
+        }
         let pool = &self.pool;
         if pool.idle_len.fetch_add(1, Ordering::AcqRel) >= pool.settings.max_idle_per_host.max(1) {
             pool.idle_len.fetch_sub(1, Ordering::AcqRel);
@@ -157,6 +162,27 @@ impl HostPool {
     /// Idle HTTP/1 connections right now.
     pub fn idle_count(&self) -> usize {
         self.idle_len.load(Ordering::Acquire)
+    }
+
+    /// Closes idle connections that are past the idle timeout or that the upstream closed (or
+    /// sent unasked bytes on), so they do not sit in `CLOSE_WAIT` holding a descriptor and a
+    /// buffer until the endpoint's next request. Returns how many were closed. Takes every
+    /// idle connection out once; a checkout racing with the sweep may open a new connection
+    /// instead of reusing one, which is harmless.
+    pub fn sweep_idle(&self) -> usize {
+        let mut closed = 0;
+        for _ in 0..self.idle_count() {
+            let Some(mut idle) = self.pop_idle() else {
+                break;
+            };
+            if idle.since.elapsed() > self.settings.idle_timeout || !idle.conn.is_usable() {
+                closed += 1;
+                continue;
+            }
+            self.idle_len.fetch_add(1, Ordering::AcqRel);
+            self.idle.push(idle);
+        }
+        closed
     }
 
     /// Gets an HTTP/1 connection (cleartext or TLS): a live idle one when there is one, else
@@ -282,6 +308,16 @@ impl PoolRegistry {
                 sweep_at: MIN_SWEEP,
             }),
         }
+    }
+
+    /// Sweeps the idle connections of every live pool (see [`HostPool::sweep_idle`]); returns
+    /// how many were closed. The registry lock is held only to collect the pools.
+    pub fn sweep_idle(&self) -> usize {
+        let live: Vec<Arc<HostPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            pools.map.values().filter_map(Weak::upgrade).collect()
+        };
+        live.iter().map(|p| p.sweep_idle()).sum()
     }
 
     /// The pool for `key` (control path only: called when an endpoint is created).

@@ -94,6 +94,10 @@ impl Server {
             close_idle: self.close_idle.subscribe(),
         };
         let stop = self.stop.subscribe();
+        if self.loops.is_empty() {
+            self.loops
+                .spawn(sweep_idle_loop(Arc::clone(&self.dp), self.stop.subscribe()));
+        }
         self.loops.spawn(accept_loop(listener, ctx, stop));
         self.dp.set_listening();
     }
@@ -119,6 +123,23 @@ impl Server {
         match Arc::try_unwrap(self.graceful) {
             Ok(g) => tokio::time::timeout(deadline, g.shutdown()).await.is_ok(),
             Err(_) => false,
+        }
+    }
+}
+
+/// How often idle upstream connections are checked for closes and expiry.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Closes dead and expired idle upstream connections every [`SWEEP_EVERY`] until `stop`.
+async fn sweep_idle_loop(dp: Arc<DataPlane>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        let closed = dp.sweep_idle_connections();
+        if closed > 0 {
+            tracing::debug!(closed, "idle upstream connections closed");
         }
     }
 }

@@ -114,8 +114,13 @@ impl H1Conn {
         tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.rbuf)
     }
 
-    /// Whether an idle connection can carry a request: the peer has not closed it and sent
-    /// nothing unasked. Never waits; reads the socket only when it is marked readable.
+    /// Whether no byte past the last response has been read (a precondition for reuse).
+    pub fn is_clean(&self) -> bool {
+        self.rbuf.is_empty()
+    }
+
+    /// Whether an idle connection can carry a request: nothing unread, and the peer has not
+    /// closed it (checked without a system call unless the socket was reported readable).
     pub fn is_usable(&mut self) -> bool {
         if !self.rbuf.is_empty() {
             return false;

@@ -128,6 +128,16 @@ pub fn response_framing(head: &mut Head, head_request: bool) -> Result<(Framing,
         || s == StatusCode::NO_CONTENT
         || s == StatusCode::NOT_MODIFIED
     {
+        // A 1xx or 204 that announces a body (a transfer coding, or a length other than 0) has
+        // a sender confused about framing: whatever it sends next cannot be trusted as the
+        // next response. (HEAD and 304 carry the length of the body they leave out.)
+        let announces_body = h.contains_key(header::TRANSFER_ENCODING)
+            || h.get_all(header::CONTENT_LENGTH)
+                .iter()
+                .any(|v| v.as_bytes().trim_ascii() != b"0");
+        if !head_request && s != StatusCode::NOT_MODIFIED && announces_body {
+            keep_alive = false;
+        }
         return Ok((Framing::Empty, keep_alive));
     }
     if h.contains_key(header::TRANSFER_ENCODING) {
@@ -340,6 +350,20 @@ mod tests {
         );
         assert_eq!(
             f("HTTP/1.1 204 No Content\r\n\r\n", false),
+            ("Empty".into(), true)
+        );
+        // A 204 that announces a body: no body read, and the connection is not trusted again.
+        for raw in [
+            "HTTP/1.1 204 No Content\r\nContent-Length: 4\r\n\r\n",
+            "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(f(raw, false), ("Empty".into(), false), "{raw:?}");
+        }
+        assert_eq!(
+            f(
+                "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+                false
+            ),
             ("Empty".into(), true)
         );
         assert_eq!(

@@ -244,6 +244,38 @@ async fn an_idle_connection_closed_by_the_peer_is_not_handed_out() {
 }
 
 #[tokio::test]
+async fn the_sweep_closes_idle_connections_the_peer_closed_and_keeps_live_ones() {
+    let (closing, _) = answer_once(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        Duration::ZERO,
+    )
+    .await;
+    let (live, _, _reqs) = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let (a, b) = (endpoint(closing), endpoint(live));
+    get(&a, Method::GET).await;
+    get(&b, Method::GET).await;
+    assert_eq!((a.pool.idle_count(), b.pool.idle_count()), (1, 1));
+    // The peer's FIN arrives; without a sweep the socket would sit in CLOSE_WAIT until the
+    // next checkout.
+    let swept = async {
+        loop {
+            if a.pool.sweep_idle() == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), swept)
+        .await
+        .expect("the closed connection is swept");
+    assert_eq!(a.pool.idle_count(), 0);
+    assert_eq!(b.pool.sweep_idle(), 0, "a live idle connection stays");
+    assert_eq!(b.pool.idle_count(), 1);
+    let co = b.pool.checkout_h1(false).await.unwrap();
+    assert!(co.reused, "and is reused afterwards");
+}
+
+#[tokio::test]
 async fn request_bodies_are_framed_by_length_or_chunked() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
