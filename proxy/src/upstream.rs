@@ -213,7 +213,7 @@ async fn send_h1(
             }
         };
         match h1::send(&mut checkout.conn.conn, &head, b, framing).await {
-            Ok((mut rhead, complete)) => {
+            Ok((mut rhead, upload)) => {
                 flight.responded();
                 let (rframing, keep_alive) =
                     h1::response_framing(&mut rhead, head_request).map_err(|e| broken(&ep, e))?;
@@ -231,8 +231,9 @@ async fn send_h1(
                     *response.body_mut() = RespBody::H1(H1Body::new(
                         checkout.conn,
                         rframing,
-                        keep_alive && complete,
+                        keep_alive,
                         flight,
+                        upload,
                     ));
                     None
                 };

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::H1Error;
+use super::conn::Upload;
 use super::decode::{Chunk, Framing, decode_chunk};
 use crate::endpoint::InFlight;
 use crate::pool::PooledH1;
@@ -20,6 +21,9 @@ pub struct H1Body {
     framing: Framing,
     keep_alive: bool,
     in_flight: Option<InFlight>,
+    /// The rest of a request the upstream answered before reading all of it, written while
+    /// the response is read.
+    upload: Option<Box<Upload>>,
 }
 
 /// What one poll of the body produced, decided while the connection is borrowed.
@@ -31,13 +35,22 @@ enum Step {
 
 impl H1Body {
     /// A body read from `conn` with this framing; `keep_alive` says whether the connection may
-    /// be reused once the body has been read. The in-flight mark ends with the body.
-    pub fn new(conn: PooledH1, framing: Framing, keep_alive: bool, in_flight: InFlight) -> Self {
+    /// be reused once the body has been read. The in-flight mark ends with the body. `upload`
+    /// is the unsent rest of the request, if any: it is written as the body is read, and the
+    /// connection is reused only if it completed by the end of the response.
+    pub fn new(
+        conn: PooledH1,
+        framing: Framing,
+        keep_alive: bool,
+        in_flight: InFlight,
+        upload: Option<Box<Upload>>,
+    ) -> Self {
         let mut b = Self {
             conn: Some(conn),
             framing,
             keep_alive,
             in_flight: Some(in_flight),
+            upload,
         };
         if matches!(b.framing, Framing::Empty) {
             b.finish();
@@ -48,12 +61,25 @@ impl H1Body {
     /// The body is complete: return the connection when it is clean, end the in-flight mark.
     fn finish(&mut self) {
         self.framing = Framing::Empty;
+        // An upload still under way when the answer is complete is cut off with the connection.
         if let Some(p) = self.conn.take()
             && self.keep_alive
+            && self.upload.is_none()
         {
             p.release();
         }
+        self.upload = None;
         self.in_flight = None;
+    }
+
+    /// Moves a pending upload on; a failed one only makes the connection unusable afterwards.
+    fn drive_upload(&mut self, cx: &mut Context<'_>) {
+        if let (Some(up), Some(p)) = (self.upload.as_mut(), self.conn.as_mut())
+            && let Poll::Ready(ok) = up.poll_rest(&mut p.conn, cx)
+        {
+            self.upload = None;
+            self.keep_alive &= ok;
+        }
     }
 
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
@@ -111,6 +137,7 @@ impl Body for H1Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, H1Error>>> {
         let this = self.get_mut();
+        this.drive_upload(cx);
         match ready!(this.poll_step(cx)) {
             Step::Frame(f, last) => {
                 if last {

@@ -172,7 +172,7 @@ pub enum SendError {
 }
 
 /// Up to three pieces of output waiting to be written (chunk size line, data, CRLF).
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Pending {
     parts: [Bytes; 3],
 }
@@ -191,113 +191,185 @@ impl Pending {
     }
 }
 
+/// Why an [`Upload`] stopped.
+enum UploadError {
+    /// Writing to the upstream failed.
+    Write(io::Error),
+    /// The client's request body failed (or grew past its limit).
+    Body(Box<crate::body::BodyError>),
+}
+
+impl From<UploadError> for H1Error {
+    fn from(e: UploadError) -> Self {
+        match e {
+            UploadError::Write(e) => e.into(),
+            UploadError::Body(b) => H1Error::RequestBody(b),
+        }
+    }
+}
+
+/// The write side of one request: the encoded head, then the body, framed, then a flush.
+///
+/// An upstream may answer before it has read the whole body. Then the rest of the upload
+/// goes on inside the response body ([`super::H1Body`]) while the answer streams back, as a
+/// full-duplex exchange needs; the connection is reused only if both sides completed.
+#[derive(Debug)]
+pub struct Upload {
+    body: ReqBody,
+    out: Pending,
+    head_len: usize,
+    sent: usize,
+    body_done: bool,
+    body_touched: bool,
+    flushed: bool,
+    chunked: bool,
+    /// The write side broke after the answer arrived: the upload can never complete.
+    failed: bool,
+}
+
+impl Upload {
+    fn new(head: &Bytes, body: ReqBody, framing: ReqFraming) -> Self {
+        Self {
+            body,
+            out: Pending {
+                parts: [head.clone(), Bytes::new(), Bytes::new()],
+            },
+            head_len: head.len(),
+            sent: 0,
+            body_done: framing == ReqFraming::Empty,
+            body_touched: false,
+            flushed: false,
+            chunked: framing == ReqFraming::Chunked,
+            failed: false,
+        }
+    }
+
+    /// Whether the whole head has been written (the answer can be listened for).
+    fn head_sent(&self) -> bool {
+        self.sent >= self.head_len
+    }
+
+    /// Writes what can be written now; `Ready(Ok(()))` once everything is written and flushed.
+    fn poll_drive(&mut self, io: &mut UpIo, cx: &mut Context<'_>) -> Poll<Result<(), UploadError>> {
+        loop {
+            if !self.out.is_empty() {
+                let slices = [
+                    IoSlice::new(&self.out.parts[0]),
+                    IoSlice::new(&self.out.parts[1]),
+                    IoSlice::new(&self.out.parts[2]),
+                ];
+                match ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices)) {
+                    Ok(0) => {
+                        return Poll::Ready(Err(UploadError::Write(
+                            io::ErrorKind::WriteZero.into(),
+                        )));
+                    }
+                    Ok(n) => {
+                        self.sent += n;
+                        self.out.advance(n);
+                    }
+                    Err(e) => return Poll::Ready(Err(UploadError::Write(e))),
+                }
+            } else if !self.body_done && self.body.is_end_stream() {
+                // All of a sized body is out: done now, without waiting for the client
+                // connection's task to report the end (an answer may already be complete).
+                if self.chunked {
+                    self.out.parts[0] = last_chunk(None);
+                }
+                self.body_done = true;
+            } else if !self.body_done {
+                self.body_touched = true;
+                match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) if data.is_empty() => {}
+                        Ok(data) if self.chunked => {
+                            self.out.parts = [
+                                chunk_size_line(data.len()),
+                                data,
+                                Bytes::from_static(b"\r\n"),
+                            ];
+                        }
+                        Ok(data) => self.out.parts[1] = data,
+                        Err(frame) => {
+                            if self.chunked {
+                                self.out.parts[0] = last_chunk(frame.trailers_ref());
+                            }
+                            self.body_done = true;
+                        }
+                    },
+                    None => {
+                        if self.chunked {
+                            self.out.parts[0] = last_chunk(None);
+                        }
+                        self.body_done = true;
+                    }
+                    Some(Err(e)) => return Poll::Ready(Err(UploadError::Body(Box::new(e)))),
+                }
+            } else if !self.flushed {
+                ready!(Pin::new(&mut *io).poll_flush(cx)).map_err(UploadError::Write)?;
+                self.flushed = true;
+            } else {
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+
+    /// Drives the rest of an upload that outlived its response head (see [`Upload`]) on
+    /// `conn`; `Ready(true)` when it completed, `Ready(false)` when it failed (the connection
+    /// must not be reused; the response may still be read).
+    pub fn poll_rest(&mut self, conn: &mut H1Conn, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.failed {
+            return Poll::Ready(false);
+        }
+        self.poll_drive(&mut conn.io, cx).map(|r| r.is_ok())
+    }
+}
+
 /// Writes the request on `conn` and reads the final response head, interleaving the two so
-/// that an upstream answering before it read the whole body (a 413, a 401) is heard. Returns
-/// the head and whether the request was written completely (if not, the connection must not
-/// be reused).
+/// that an upstream answering before it read the whole body (a 413, a 401, a full-duplex
+/// stream) is heard. Returns the head and, when the request was not completely written yet,
+/// the rest of the upload, which the response body carries on with.
 pub async fn send(
     conn: &mut H1Conn,
     head: &Bytes,
     body: ReqBody,
     framing: ReqFraming,
-) -> Result<(Head, bool), SendError> {
-    let mut body = body;
-    let mut out = Pending {
-        parts: [head.clone(), Bytes::new(), Bytes::new()],
-    };
-    let mut written_any = false;
-    let mut sent = 0usize;
-    let mut body_done = framing == ReqFraming::Empty;
-    let mut flushed = false;
-    let chunked = framing == ReqFraming::Chunked;
-    let mut body_touched = false;
+) -> Result<(Head, Option<Box<Upload>>), SendError> {
+    let mut up = Upload::new(head, body, framing);
+    let mut done = false;
     let r = poll_fn(|cx| {
-        loop {
-            if !out.is_empty() {
-                let slices = [
-                    IoSlice::new(&out.parts[0]),
-                    IoSlice::new(&out.parts[1]),
-                    IoSlice::new(&out.parts[2]),
-                ];
-                match Pin::new(&mut conn.io).poll_write_vectored(cx, &slices) {
-                    Poll::Ready(Ok(0)) => {
-                        return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+        if !done {
+            match up.poll_drive(&mut conn.io, cx) {
+                Poll::Ready(Ok(())) => done = true,
+                Poll::Ready(Err(UploadError::Write(e))) => {
+                    // The upstream may have answered and closed before reading everything.
+                    if up.sent > 0
+                        && let Poll::Ready(Ok(h)) = conn.poll_final_head(cx)
+                    {
+                        up.failed = true;
+                        return Poll::Ready(Ok(h));
                     }
-                    Poll::Ready(Ok(n)) => {
-                        written_any = true;
-                        sent += n;
-                        out.advance(n);
-                        continue;
-                    }
-                    Poll::Ready(Err(e)) => {
-                        // The upstream may have answered and closed before reading everything.
-                        if written_any && let Poll::Ready(Ok(h)) = conn.poll_final_head(cx) {
-                            return Poll::Ready(Ok((h, false)));
-                        }
-                        return Poll::Ready(Err(e.into()));
-                    }
-                    Poll::Pending => {}
+                    return Poll::Ready(Err(e.into()));
                 }
-            } else if !body_done {
-                body_touched = true;
-                match Pin::new(&mut body).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        match frame.into_data() {
-                            Ok(data) if data.is_empty() => {}
-                            Ok(data) if chunked => {
-                                out.parts = [
-                                    chunk_size_line(data.len()),
-                                    data,
-                                    Bytes::from_static(b"\r\n"),
-                                ];
-                            }
-                            Ok(data) => out.parts[1] = data,
-                            Err(frame) => {
-                                if chunked {
-                                    out.parts[0] = last_chunk(frame.trailers_ref());
-                                }
-                                body_done = true;
-                            }
-                        }
-                        continue;
-                    }
-                    Poll::Ready(None) => {
-                        if chunked {
-                            out.parts[0] = last_chunk(None);
-                        }
-                        body_done = true;
-                        continue;
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        return Poll::Ready(Err(H1Error::RequestBody(Box::new(e))));
-                    }
-                    Poll::Pending => {}
-                }
-            } else if !flushed {
-                match Pin::new(&mut conn.io).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => flushed = true,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
-                    Poll::Pending => {}
-                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => {}
             }
-            // Listen for the answer once the head is out, also while the body is still going.
-            if sent < head.len() {
-                return Poll::Pending;
-            }
-            let complete = body_done && out.is_empty() && flushed;
-            return match conn.poll_final_head(cx) {
-                Poll::Ready(Ok(h)) => Poll::Ready(Ok((h, complete))),
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            };
         }
+        // Listen for the answer once the head is out, also while the body is still going.
+        if !up.head_sent() {
+            return Poll::Pending;
+        }
+        conn.poll_final_head(cx)
     })
     .await;
-    r.map_err(|error| {
-        if written_any || body_touched {
-            SendError::Failed(error)
-        } else {
-            SendError::Unsent { body, error }
-        }
-    })
+    match r {
+        Ok(h) if done && !up.failed => Ok((h, None)),
+        // Boxed: rare, and it keeps every response body small.
+        Ok(h) => Ok((h, Some(Box::new(up)))),
+        Err(error) if up.sent > 0 || up.body_touched => Err(SendError::Failed(error)),
+        Err(error) => Err(SendError::Unsent {
+            body: up.body,
+            error,
+        }),
+    }
 }

@@ -21,7 +21,7 @@ pub(crate) mod decode;
 pub(crate) mod encode;
 
 pub use body::H1Body;
-pub use conn::{H1Conn, SendError, UpIo, send};
+pub use conn::{H1Conn, SendError, UpIo, Upload, send};
 pub use decode::{Framing, Head, response_framing};
 pub use encode::{ReqFraming, encode_head, request_framing};
 

@@ -113,10 +113,10 @@ async fn get(
         &super::encode::tests::fwd(),
     );
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
-    let (mut h, complete) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
-    assert!(complete);
+    let (mut h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
+    assert!(upload.is_none(), "the request was written completely");
     let (fr, ka) = response_framing(&mut h, method == Method::HEAD).unwrap();
-    let b = H1Body::new(co.conn, fr, ka, ep.start());
+    let b = H1Body::new(co.conn, fr, ka, ep.start(), None);
     let collected = b.collect().await.unwrap();
     let trailers = collected.trailers().cloned();
     (h.status, h.headers, collected.to_bytes(), trailers)
@@ -215,7 +215,9 @@ async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
     let (mut h, _) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     let (fr, ka) = response_framing(&mut h, false).unwrap();
-    let err = H1Body::new(co.conn, fr, ka, ep.start()).collect().await;
+    let err = H1Body::new(co.conn, fr, ka, ep.start(), None)
+        .collect()
+        .await;
     assert!(matches!(err, Err(H1Error::Truncated)), "{err:?}");
     assert_eq!(ep.pool.idle_count(), 0);
     assert_eq!(ep.in_flight(), 0);
@@ -298,22 +300,13 @@ async fn request_bodies_are_framed_by_length_or_chunked() {
     // A streamed request body of unknown length, the way a chunked client upload arrives.
     let (incoming, _client) =
         client_body(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n").await;
-    let mut headers = HeaderMap::new();
-    let body = ReqBody::new(Some(incoming), 1 << 20);
-    let framing = request_framing(&Method::POST, &mut headers, &body);
+    let (body, framing, head) = upload_of(Method::POST, "/up", incoming);
     assert_eq!(framing, ReqFraming::Chunked);
-    let head = encode_head(
-        &Method::POST,
-        "/up",
-        &headers,
-        framing,
-        &super::encode::tests::fwd(),
-    );
     let ep = endpoint(addr);
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
-    let (h, complete) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
+    let (h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     assert_eq!(h.status, 201);
-    assert!(complete);
+    assert!(upload.is_none());
     let got = String::from_utf8(rx.recv().await.unwrap()).unwrap();
     assert!(got.starts_with("POST /up HTTP/1.1\r\n"), "{got}");
     assert!(got.contains("\r\ntransfer-encoding: chunked\r\n"), "{got}");
@@ -349,6 +342,25 @@ async fn client_body(raw: &'static [u8]) -> (hyper::body::Incoming, tokio::io::D
     (req_rx.await.unwrap(), client_side)
 }
 
+/// The pieces of an upload of `incoming` as `method target`: body, framing, encoded head.
+fn upload_of(
+    method: Method,
+    target: &str,
+    incoming: hyper::body::Incoming,
+) -> (ReqBody, ReqFraming, Bytes) {
+    let mut headers = HeaderMap::new();
+    let body = ReqBody::new(Some(incoming), 1 << 20);
+    let framing = request_framing(&method, &mut headers, &body);
+    let head = encode_head(
+        &method,
+        target,
+        &headers,
+        framing,
+        &super::encode::tests::fwd(),
+    );
+    (body, framing, head)
+}
+
 #[tokio::test]
 async fn an_early_answer_stops_the_upload_and_the_connection_is_not_reused() {
     // Answers without reading the body, and keeps the connection open.
@@ -360,20 +372,11 @@ async fn an_early_answer_stops_the_upload_and_the_connection_is_not_reused() {
     // A body that never ends: only the early answer can finish the exchange.
     let (incoming, _client) =
         client_body(b"PUT / HTTP/1.1\r\nhost: a\r\ncontent-length: 100000\r\n\r\npartial").await;
-    let mut headers = HeaderMap::new();
-    let body = ReqBody::new(Some(incoming), 1 << 20);
-    let framing = request_framing(&Method::PUT, &mut headers, &body);
+    let (body, framing, head) = upload_of(Method::PUT, "/", incoming);
     assert_eq!(framing, ReqFraming::Length(100_000));
-    let head = encode_head(
-        &Method::PUT,
-        "/",
-        &headers,
-        framing,
-        &super::encode::tests::fwd(),
-    );
     let ep = endpoint(addr);
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
-    let (h, complete) = tokio::time::timeout(
+    let (mut h, upload) = tokio::time::timeout(
         Duration::from_secs(3),
         send(&mut co.conn.conn, &head, body, framing),
     )
@@ -381,8 +384,82 @@ async fn an_early_answer_stops_the_upload_and_the_connection_is_not_reused() {
     .expect("the early answer ends the exchange")
     .unwrap();
     assert_eq!(h.status, 413);
-    assert!(
-        !complete,
+    let (fr, ka) = response_framing(&mut h, false).unwrap();
+    let body = H1Body::new(co.conn, fr, ka, ep.start(), upload);
+    tokio::time::timeout(Duration::from_secs(3), body.collect())
+        .await
+        .expect("the answer ends although the upload never does")
+        .unwrap();
+    assert_eq!(
+        ep.pool.idle_count(),
+        0,
         "the body was cut short, so the connection cannot be reused"
+    );
+}
+
+#[tokio::test]
+async fn a_full_duplex_answer_streams_while_the_upload_goes_on() {
+    // Answers at once with the length of the request body, then echoes the body as it reads it.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let end = loop {
+            let mut chunk = [0u8; 1024];
+            let n = s.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+            .await
+            .unwrap();
+        let mut seen = buf.len() - end;
+        s.write_all(&buf[end..]).await.unwrap();
+        while seen < 10 {
+            let mut chunk = [0u8; 1024];
+            let n = s.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                return;
+            }
+            seen += n;
+            s.write_all(&chunk[..n]).await.unwrap();
+        }
+        // Keep the connection open: it goes back to sluice's pool.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let (incoming, mut client) =
+        client_body(b"PUT / HTTP/1.1\r\nhost: a\r\ncontent-length: 10\r\n\r\nfirst").await;
+    let (body, framing, head) = upload_of(Method::PUT, "/", incoming);
+    let ep = endpoint(addr);
+    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let (mut h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
+    assert_eq!(h.status, 200);
+    assert!(
+        upload.is_some(),
+        "the answer came before the body was complete"
+    );
+    let (fr, ka) = response_framing(&mut h, false).unwrap();
+    let mut body = H1Body::new(co.conn, fr, ka, ep.start(), upload);
+    // The first half comes back before the client has sent the second.
+    let first = tokio::time::timeout(Duration::from_secs(3), body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "first");
+    client.write_all(b"later").await.unwrap();
+    let rest = tokio::time::timeout(Duration::from_secs(3), body.collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    assert_eq!(rest, "later");
+    assert_eq!(
+        ep.pool.idle_count(),
+        1,
+        "both directions completed: the connection is reused"
     );
 }
