@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -17,6 +17,7 @@ use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
 use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::lists;
+use crate::hop;
 use crate::routes::{Action, Target};
 use crate::upstream::{self, UpstreamError};
 
@@ -51,8 +52,6 @@ impl ConnInfo {
 }
 
 static SERVER: HeaderValue = HeaderValue::from_static("sluice");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// A small local response with `Server: sluice`.
 pub fn local(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
@@ -64,67 +63,6 @@ pub fn local(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     );
     r.headers_mut().insert(header::SERVER, SERVER.clone());
     r
-}
-
-/// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1) or `Expect`, which the proxy
-/// answers itself. One pass over the names is far cheaper than removing each candidate
-/// (a hash lookup apiece) from every request and response, which mostly carry none.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    *name == header::CONNECTION
-        || *name == header::TE
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::TRAILER
-        || *name == header::UPGRADE
-        || *name == header::PROXY_AUTHORIZATION
-        || *name == header::EXPECT
-        || *name == KEEP_ALIVE
-        || *name == PROXY_CONNECTION
-}
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`, and
-/// `Expect` (our server answers `100-continue` to the client when the body is first read; the
-/// upstream gets the body without waiting for a 100 of its own).
-/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so the upgrade can pass.
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
-        // `Connection: host` must not leave the upstream without the host it was routed on.
-        .filter(|n| n != header::HOST)
-        .collect();
-    for n in listed {
-        headers.remove(n);
-    }
-    for n in [
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::PROXY_AUTHORIZATION,
-        &header::TRAILER,
-        &header::TRANSFER_ENCODING,
-        &header::EXPECT,
-    ] {
-        headers.remove(n);
-    }
-    // `TE: trailers` must reach HTTP/2 (gRPC) upstreams; other TE values are hop-by-hop.
-    if headers
-        .get(header::TE)
-        .is_some_and(|v| v.as_bytes() != b"trailers")
-    {
-        headers.remove(header::TE);
-    }
-    if keep_upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
 }
 
 fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
@@ -302,7 +240,7 @@ async fn route(
         None
     };
     let authority = parts.uri.authority().map(|a| a.as_str().to_string());
-    strip_hop_by_hop(&mut parts.headers, upgrade);
+    hop::strip(&mut parts.headers, upgrade);
     let h = &mut parts.headers;
     // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
     // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
@@ -365,7 +303,7 @@ async fn route(
         rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
     }
-    strip_hop_by_hop(&mut rparts.headers, false);
+    hop::strip(&mut rparts.headers, false);
     rparts.headers.insert(header::SERVER, SERVER.clone());
     rparts.version = Version::HTTP_11;
     Response::from_parts(rparts, rbody)

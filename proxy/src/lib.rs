@@ -15,6 +15,7 @@ pub mod fastpath;
 pub mod forward;
 pub mod forwarded;
 pub mod h1;
+pub mod hop;
 pub mod listener;
 pub mod metrics;
 pub mod pool;
