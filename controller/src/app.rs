@@ -106,6 +106,7 @@ impl Running {
             upstream: UpstreamSettings {
                 connect_timeout: Duration::from_millis(c.upstream_connect_timeout_ms.max(1)),
                 idle_timeout: Duration::from_secs(c.upstream_idle_timeout),
+                read_timeout: Duration::from_secs(c.upstream_read_timeout.max(1)),
                 tls: tls_client,
                 ..UpstreamSettings::default()
             },

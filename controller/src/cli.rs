@@ -112,6 +112,10 @@ pub struct CommonArgs {
         default_value_t = 2000
     )]
     pub upstream_connect_timeout_ms: u64,
+    /// Seconds an upstream may send nothing while its response body is streamed (the
+    /// client's response is then cut off and its connection closed).
+    #[arg(long, env = "SLUICE_UPSTREAM_READ_TIMEOUT", default_value_t = 60)]
+    pub upstream_read_timeout: u64,
     /// Seconds an idle upstream connection is kept.
     #[arg(long, env = "SLUICE_UPSTREAM_IDLE_TIMEOUT", default_value_t = 60)]
     pub upstream_idle_timeout: u64,

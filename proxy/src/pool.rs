@@ -45,6 +45,9 @@ pub struct UpstreamSettings {
     pub user_timeout: Duration,
     /// Idle connections kept per address.
     pub max_idle_per_host: usize,
+    /// Longest silence from an upstream while its response body is read (nginx's
+    /// `proxy_read_timeout`); the body then fails and the client connection is closed.
+    pub read_timeout: Duration,
     /// TLS client for HTTPS upstreams.
     pub tls: UpstreamTls,
 }
@@ -56,6 +59,7 @@ impl Default for UpstreamSettings {
             idle_timeout: Duration::from_secs(60),
             user_timeout: Duration::from_secs(2),
             max_idle_per_host: 512,
+            read_timeout: Duration::from_secs(60),
             tls: UpstreamTls::default(),
         }
     }
@@ -112,6 +116,10 @@ pub struct PooledH1 {
 }
 
 impl PooledH1 {
+    /// The pool's read timeout for response bodies.
+    pub fn read_timeout(&self) -> Duration {
+        self.pool.settings.read_timeout
+    }
     /// Returns the connection to the idle queue (dropped when the queue is full). Call only
     /// when the last response ended cleanly and allowed keep-alive.
     pub fn release(self) {

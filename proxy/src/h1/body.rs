@@ -7,6 +7,7 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
 
 use super::H1Error;
 use super::conn::Upload;
@@ -24,6 +25,11 @@ pub struct H1Body {
     /// The rest of a request the upstream answered before reading all of it, written while
     /// the response is read.
     upload: Option<Box<Upload>>,
+    /// Armed only while the body waits for the upstream (a body that arrives with its head
+    /// never needs one); fires after the pool's read timeout without a byte.
+    silence: Option<Pin<Box<Sleep>>>,
+    /// Bytes arrived since `silence` was last armed.
+    progressed: bool,
 }
 
 /// What one poll of the body produced, decided while the connection is borrowed.
@@ -51,6 +57,8 @@ impl H1Body {
             keep_alive,
             in_flight: Some(in_flight),
             upload,
+            silence: None,
+            progressed: false,
         };
         if matches!(b.framing, Framing::Empty) {
             b.finish();
@@ -116,12 +124,32 @@ impl H1Body {
                     }
                 }
             }
-            match ready!(c.poll_fill(cx)) {
+            let filled = match c.poll_fill(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    let limit = p.read_timeout();
+                    let deadline = Instant::now() + limit;
+                    let timer = match self.silence.as_mut() {
+                        Some(t) if self.progressed => {
+                            t.as_mut().reset(deadline);
+                            t
+                        }
+                        Some(t) => t,
+                        None => self
+                            .silence
+                            .insert(Box::pin(tokio::time::sleep_until(deadline))),
+                    };
+                    self.progressed = false;
+                    ready!(timer.as_mut().poll(cx));
+                    return Poll::Ready(Step::Fail(H1Error::ReadTimeout(limit)));
+                }
+            };
+            match filled {
                 Ok(0) if matches!(self.framing, Framing::UntilClose) => {
                     return Poll::Ready(Step::End);
                 }
                 Ok(0) => return Poll::Ready(Step::Fail(H1Error::Truncated)),
-                Ok(_) => {}
+                Ok(_) => self.progressed = true,
                 Err(e) => return Poll::Ready(Step::Fail(e.into())),
             }
         }

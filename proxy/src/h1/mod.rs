@@ -51,6 +51,9 @@ pub enum H1Error {
     /// The response body ended before its declared end.
     #[error("upstream response body ended early")]
     Truncated,
+    /// The upstream sent nothing for the read timeout while its response body was read.
+    #[error("upstream sent nothing for {0:?} in the middle of its response body")]
+    ReadTimeout(std::time::Duration),
     /// Reading the request body from the client failed (or it was too large).
     #[error("request body: {0}")]
     RequestBody(#[source] Box<BodyError>),

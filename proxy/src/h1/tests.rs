@@ -88,7 +88,11 @@ async fn answer_once(answer: &'static [u8], linger: Duration) -> (SocketAddr, Ar
 }
 
 fn endpoint(addr: SocketAddr) -> Arc<Endpoint> {
-    let reg = PoolRegistry::new(UpstreamSettings::default());
+    endpoint_with(addr, UpstreamSettings::default())
+}
+
+fn endpoint_with(addr: SocketAddr, settings: UpstreamSettings) -> Arc<Endpoint> {
+    let reg = PoolRegistry::new(settings);
     let pool = reg.get(PoolKey {
         addr,
         protocol: UpstreamProtocol::Http1,
@@ -219,6 +223,48 @@ async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
         .collect()
         .await;
     assert!(matches!(err, Err(H1Error::Truncated)), "{err:?}");
+    assert_eq!(ep.pool.idle_count(), 0);
+    assert_eq!(ep.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn an_upstream_silent_mid_body_times_out_and_the_connection_is_dropped() {
+    // Half the body, then silence (the connection stays open).
+    let (addr, _) = answer_once(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf.",
+        Duration::from_secs(10),
+    )
+    .await;
+    let ep = endpoint_with(
+        addr,
+        UpstreamSettings {
+            read_timeout: Duration::from_millis(300),
+            ..UpstreamSettings::default()
+        },
+    );
+    let mut headers = HeaderMap::new();
+    let body = ReqBody::empty();
+    let framing = request_framing(&Method::GET, &mut headers, &body);
+    let head = encode_head(
+        &Method::GET,
+        "/",
+        &headers,
+        framing,
+        &super::encode::tests::fwd(),
+    );
+    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let (mut h, _) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
+    let (fr, ka) = response_framing(&mut h, false).unwrap();
+    let started = std::time::Instant::now();
+    let mut b = H1Body::new(co.conn, fr, ka, ep.start(), None);
+    let first = b.frame().await.unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "half.");
+    let err = tokio::time::timeout(Duration::from_secs(5), b.frame())
+        .await
+        .expect("the read timeout ends the wait")
+        .unwrap();
+    assert!(matches!(err, Err(H1Error::ReadTimeout(_))), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(ep.pool.idle_count(), 0);
     assert_eq!(ep.in_flight(), 0);
 }
