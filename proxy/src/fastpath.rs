@@ -231,9 +231,17 @@ async fn respond<I: AsyncWrite + Unpin>(
             continue;
         }
         if *name == header::CONTENT_LENGTH {
+            // A list form (`3, 3`, which the upstream client accepts when the values agree) is
+            // not copied: the length is written once below, from the body.
+            if declared.is_some() {
+                continue;
+            }
             declared = std::str::from_utf8(value.as_bytes())
                 .ok()
                 .and_then(|v| v.trim().parse().ok());
+            if declared.is_none() {
+                continue;
+            }
         }
         has_date |= *name == header::DATE;
         has_connection |= *name == header::CONNECTION;
@@ -481,6 +489,26 @@ mod tests {
             assert_eq!(buf, before, "nothing consumed for {raw:?}");
         }
         assert!(matches!(p("PRI * HTT"), Ok(Parsed::Partial)));
+    }
+
+    #[tokio::test]
+    async fn content_length_is_written_once() {
+        for lengths in [&["3, 3"][..], &["3", "3"]] {
+            let mut resp = Response::new(RespBody::full("abc"));
+            for l in lengths {
+                resp.headers_mut()
+                    .append(header::CONTENT_LENGTH, l.parse().unwrap());
+            }
+            let (mut io, mut out) = (Vec::new(), BytesMut::new());
+            assert!(
+                respond(&mut io, &mut out, resp, false, false)
+                    .await
+                    .unwrap()
+            );
+            let text = String::from_utf8(io).unwrap();
+            assert_eq!(text.matches("content-length").count(), 1, "{text}");
+            assert!(text.contains("content-length: 3\r\n"), "{text}");
+        }
     }
 
     #[test]

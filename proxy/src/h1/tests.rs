@@ -198,14 +198,9 @@ async fn close_delimited_and_connection_close_responses_are_not_reused() {
     assert_eq!(ep.pool.idle_count(), 0);
 }
 
-#[tokio::test]
-async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
-    let (addr, _) = answer_once(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
-        Duration::ZERO,
-    )
-    .await;
-    let ep = endpoint(addr);
+/// A body-less `GET /` sent on a checked-out connection: the connection (its response body
+/// not read yet), the response framing and whether the connection may be reused.
+async fn get_head(ep: &Arc<Endpoint>) -> (crate::pool::Checkout, Framing, bool) {
     let mut headers = HeaderMap::new();
     let body = ReqBody::empty();
     let framing = request_framing(&Method::GET, &mut headers, &body);
@@ -219,6 +214,18 @@ async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
     let (mut h, _) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     let (fr, ka) = response_framing(&mut h, false).unwrap();
+    (co, fr, ka)
+}
+
+#[tokio::test]
+async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
+    let (addr, _) = answer_once(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        Duration::ZERO,
+    )
+    .await;
+    let ep = endpoint(addr);
+    let (co, fr, ka) = get_head(&ep).await;
     let err = H1Body::new(co.conn, fr, ka, ep.start(), None)
         .collect()
         .await;
@@ -242,19 +249,7 @@ async fn an_upstream_silent_mid_body_times_out_and_the_connection_is_dropped() {
             ..UpstreamSettings::default()
         },
     );
-    let mut headers = HeaderMap::new();
-    let body = ReqBody::empty();
-    let framing = request_framing(&Method::GET, &mut headers, &body);
-    let head = encode_head(
-        &Method::GET,
-        "/",
-        &headers,
-        framing,
-        &super::encode::tests::fwd(),
-    );
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
-    let (mut h, _) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
-    let (fr, ka) = response_framing(&mut h, false).unwrap();
+    let (co, fr, ka) = get_head(&ep).await;
     let started = std::time::Instant::now();
     let mut b = H1Body::new(co.conn, fr, ka, ep.start(), None);
     let first = b.frame().await.unwrap().unwrap();
