@@ -82,6 +82,11 @@ struct ScenarioArgs {
     /// Load generator connect and response timeout (seconds; wrk's default is 2).
     #[arg(long, default_value_t = 2.0)]
     timeout: f64,
+    /// Capacity scenarios (rps, tps, throughput): run every peer this many times, the order
+    /// alternating each round, and add per-peer medians and the median same-round ratio to
+    /// the first peer listed (what to quote on a noisy machine).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    rounds: u32,
     /// Cores given to the proxy (its workers and pinning).
     #[arg(long, default_value_t = 1)]
     cores: usize,
@@ -525,6 +530,7 @@ async fn run_scenario(
         gap: a.gap.map(Duration::from_secs_f64),
         proxy_cores: cores,
         ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
+        rounds: a.rounds as usize,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
     };
@@ -552,6 +558,7 @@ async fn run_scenario(
     report::write_all(&out, &rep).with_context(|| format!("writing {}", out.display()))?;
     println!("\n{}\n", rep.what_it_shows);
     print!("{}", report::terminal_table(&rep));
+    print!("{}", report::rounds::text(&rep.rounds));
     for p in rep.peers.iter().filter(|p| p.rate_note.is_some()) {
         println!(
             "! {} {}: {}",

@@ -65,6 +65,29 @@ pub struct LoadSpec {
     pub keep_alive: bool,
 }
 
+impl LoadSpec {
+    /// Closed-loop plain-HTTP requests for `/`, with no target yet (the caller sets `addrs`,
+    /// `host` and `tls` per peer).
+    pub fn closed(
+        connections: usize,
+        duration: Duration,
+        timeout: Duration,
+        keep_alive: bool,
+    ) -> Self {
+        Self {
+            addrs: Vec::new(),
+            host: String::new(),
+            path: "/".into(),
+            tls: None,
+            mode: Mode::Closed,
+            connections,
+            duration,
+            timeout,
+            keep_alive,
+        }
+    }
+}
+
 /// Optional hooks into a run.
 #[derive(Debug, Default)]
 pub struct Hooks {

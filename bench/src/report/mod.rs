@@ -1,5 +1,6 @@
 //! What a run reports: `report.json`, `report.md`, the plots, and the terminal table.
 
+pub mod rounds;
 pub mod svg;
 mod table;
 
@@ -200,6 +201,9 @@ pub struct Report {
     pub scale: Vec<ScaleRow>,
     /// Extra rows (the wrk comparison).
     pub extra: Vec<BTreeMap<String, String>>,
+    /// Medians over repeated rounds (capacity scenarios with `--rounds`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<rounds::RoundSummary>,
 }
 
 /// Writes report.json, report.md, latency.svg and timeline.svg into `dir`.
@@ -226,6 +230,11 @@ fn markdown(r: &Report) -> String {
         r.command
     );
     s.push_str(&markdown_table(r));
+    if !r.rounds.is_empty() {
+        s.push_str("\n## Medians over rounds\n\n```\n");
+        s.push_str(rounds::text(&r.rounds).trim_start());
+        s.push_str("```\n");
+    }
     let skipped: Vec<String> = r
         .peers
         .iter()

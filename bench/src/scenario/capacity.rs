@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::{Common, RunSetup, run_one, secs};
-use crate::load::{LoadSpec, Mode, TlsVersion};
+use crate::load::{LoadSpec, TlsVersion};
 use crate::peers::{PeerKind, Proto};
 use crate::report::Report;
+use crate::report::rounds::{self, RoundRun};
 
 /// Which capacity scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,50 +54,78 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         ],
     };
     let mut peers = Vec::new();
-    for (label, proto, tls) in &variants {
-        let mut env = c.env.clone();
-        env.proto = *proto;
-        let setup = RunSetup {
-            variant: label.clone(),
-            pods: 5,
-            body_size: body,
-            load: LoadSpec {
-                addrs: Vec::new(),
-                host: String::new(),
-                path: "/".into(),
-                tls: None,
-                mode: Mode::Closed,
-                connections,
-                duration,
-                timeout: c.timeout,
-                keep_alive,
-            },
-            tls: (*tls, keep_alive),
-            churn: None,
-            proxy_cores: c.proxy_cores,
-        };
-        for &kind in &c.peers {
-            if kind == PeerKind::Direct && which == Capacity::Tps {
-                peers.push(crate::report::PeerResult::skipped(
-                    kind.name(),
-                    label,
-                    "direct: the backends serve no TLS".into(),
-                ));
-                continue;
-            }
-            let mut r = run_one(kind, &env, &setup).await;
-            if let Some(u) = r.proxy_cpu_utilization
-                && u < 0.9
-            {
-                r.notes.push(format!(
+    let mut runs = Vec::new();
+    let rounds_n = c.rounds.max(1);
+    for round in 0..rounds_n {
+        for (label, proto, tls) in &variants {
+            let mut env = c.env.clone();
+            env.proto = *proto;
+            let shown = if rounds_n > 1 {
+                format!("{label} #{}", round + 1)
+            } else {
+                label.clone()
+            };
+            let setup = RunSetup {
+                variant: shown,
+                pods: 5,
+                body_size: body,
+                load: LoadSpec::closed(connections, duration, c.timeout, keep_alive),
+                tls: (*tls, keep_alive),
+                churn: None,
+                proxy_cores: c.proxy_cores,
+            };
+            // Odd rounds run the peers in reverse, so neither goes first every time.
+            let order: Vec<PeerKind> = if round % 2 == 1 {
+                c.peers.iter().rev().copied().collect()
+            } else {
+                c.peers.clone()
+            };
+            for kind in order {
+                if kind == PeerKind::Direct && which == Capacity::Tps {
+                    if round > 0 {
+                        continue;
+                    }
+                    peers.push(crate::report::PeerResult::skipped(
+                        kind.name(),
+                        label,
+                        "direct: the backends serve no TLS".into(),
+                    ));
+                    continue;
+                }
+                let mut r = run_one(kind, &env, &setup).await;
+                if r.skipped.is_none() {
+                    runs.push(RoundRun {
+                        round,
+                        peer: r.name.clone(),
+                        variant: label.clone(),
+                        rps: r.achieved_rps,
+                        cpu_ms_per_1k: r.cpu_ms_per_1k_requests,
+                    });
+                } else if round > 0 {
+                    // Said once is enough.
+                    continue;
+                }
+                if let Some(u) = r.proxy_cpu_utilization
+                    && u < 0.9
+                {
+                    r.notes.push(format!(
                     "the proxy used {:.0}% of its {} core(s): it was not the bottleneck, so this rate measures the load generator or the backends",
                     u * 100.0,
                     c.proxy_cores
                 ));
+                }
+                peers.push(r);
             }
-            peers.push(r);
         }
     }
+    let summary = if rounds_n > 1 {
+        c.peers
+            .first()
+            .map(|f| rounds::summarize(&runs, f.name()))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let mut settings = BTreeMap::new();
     settings.insert("load".into(), format!(
         "closed loop, {connections} connections, {}s per peer and variant, {} B responses, {}",
@@ -104,6 +133,12 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         if keep_alive { "keep-alive" } else { "one request per new connection (Connection: close), no session resumption: every request is a full handshake" }
     ));
     settings.insert("proxy cores".into(), c.proxy_cores.to_string());
+    if rounds_n > 1 {
+        settings.insert(
+            "rounds".into(),
+            format!("{rounds_n}, peer order reversed every other round; medians and same-round ratios below the table"),
+        );
+    }
     settings.insert(
         "certificate".into(),
         "RSA-2048 self-signed; TLS 1.2 suite ECDHE-RSA-AES256-GCM-SHA384".into(),
@@ -134,5 +169,6 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         peers,
         scale: Vec::new(),
         extra: Vec::new(),
+        rounds: summary,
     }
 }

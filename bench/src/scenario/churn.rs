@@ -339,6 +339,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         peers,
         scale: Vec::new(),
         extra: Vec::new(),
+        rounds: Vec::new(),
     }
 }
 

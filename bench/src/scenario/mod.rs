@@ -269,6 +269,8 @@ pub struct Common {
     pub proxy_cores: usize,
     /// Ingress counts for the scale scenario.
     pub ingresses: Option<Vec<usize>>,
+    /// Capacity scenarios: how many times every peer runs (order alternating per round).
+    pub rounds: usize,
     /// The command line, for the report.
     pub command: String,
     /// Machine facts for the report.

@@ -441,5 +441,6 @@ pub async fn run(c: &Common) -> Report {
         peers: Vec::new(),
         scale: rows,
         extra: Vec::new(),
+        rounds: Vec::new(),
     }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{Common, secs};
-use crate::load::{self, Hooks, LoadSpec, Mode};
+use crate::load::{self, Hooks, LoadSpec};
 use crate::peers::{HOST, Peer, PeerKind, Proto};
 use crate::pods::Pods;
 use crate::report::Report;
@@ -129,13 +129,7 @@ pub async fn run(c: &Common) -> Report {
         let spec = LoadSpec {
             addrs: vec![peer.target],
             host: HOST.into(),
-            path: "/".into(),
-            tls: None,
-            mode: Mode::Closed,
-            connections,
-            duration,
-            timeout: c.timeout,
-            keep_alive: true,
+            ..LoadSpec::closed(connections, duration, c.timeout, true)
         };
         match load::run(&spec, Hooks::default()).await {
             Ok(l) => row(
@@ -163,6 +157,7 @@ pub async fn run(c: &Common) -> Report {
         peers: Vec::new(),
         scale: Vec::new(),
         extra: rows,
+        rounds: Vec::new(),
     }
 }
 
