@@ -128,16 +128,13 @@ impl H1Body {
                 Poll::Ready(r) => r,
                 Poll::Pending => {
                     let limit = p.read_timeout();
-                    let deadline = Instant::now() + limit;
                     let timer = match self.silence.as_mut() {
                         Some(t) if self.progressed => {
-                            t.as_mut().reset(deadline);
+                            t.as_mut().reset(Instant::now() + limit);
                             t
                         }
                         Some(t) => t,
-                        None => self
-                            .silence
-                            .insert(Box::pin(tokio::time::sleep_until(deadline))),
+                        None => self.silence.insert(Box::pin(tokio::time::sleep(limit))),
                     };
                     self.progressed = false;
                     ready!(timer.as_mut().poll(cx));
@@ -169,16 +166,13 @@ impl Body for H1Body {
         match ready!(this.poll_step(cx)) {
             Step::Frame(f, last) => {
                 if last {
-                    // Released before the frame is handed on: the connection is clean now.
-                    let clean = this.conn.as_ref().is_some_and(|p| p.conn.rbuf.is_empty());
-                    this.keep_alive &= clean;
+                    // Released before the frame is handed on (`release` itself refuses a
+                    // connection with unread bytes).
                     this.finish();
                 }
                 Poll::Ready(Some(Ok(f)))
             }
             Step::End => {
-                let clean = this.conn.as_ref().is_some_and(|p| p.conn.rbuf.is_empty());
-                this.keep_alive &= clean;
                 this.finish();
                 Poll::Ready(None)
             }

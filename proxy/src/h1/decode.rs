@@ -131,11 +131,13 @@ pub fn response_framing(head: &mut Head, head_request: bool) -> Result<(Framing,
         // A 1xx or 204 that announces a body (a transfer coding, or a length other than 0) has
         // a sender confused about framing: whatever it sends next cannot be trusted as the
         // next response. (HEAD and 304 carry the length of the body they leave out.)
-        let announces_body = h.contains_key(header::TRANSFER_ENCODING)
-            || h.get_all(header::CONTENT_LENGTH)
-                .iter()
-                .any(|v| v.as_bytes().trim_ascii() != b"0");
-        if !head_request && s != StatusCode::NOT_MODIFIED && announces_body {
+        if !head_request
+            && s != StatusCode::NOT_MODIFIED
+            && (h.contains_key(header::TRANSFER_ENCODING)
+                || h.get_all(header::CONTENT_LENGTH)
+                    .iter()
+                    .any(|v| v.as_bytes().trim_ascii() != b"0"))
+        {
             keep_alive = false;
         }
         return Ok((Framing::Empty, keep_alive));

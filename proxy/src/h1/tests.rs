@@ -100,17 +100,18 @@ fn endpoint_with(addr: SocketAddr, settings: UpstreamSettings) -> Arc<Endpoint> 
     Arc::new(Endpoint::new(addr, pool))
 }
 
-/// One GET through checkout → send → body; returns status, headers, body and trailers.
-async fn get(
+/// A body-less request sent on a checked-out connection: the connection (its response body
+/// not read yet), the response head, its framing and whether the connection may be reused.
+async fn send_bodyless(
     ep: &Arc<Endpoint>,
-    method: Method,
-) -> (http::StatusCode, HeaderMap, Bytes, Option<HeaderMap>) {
+    method: &Method,
+) -> (crate::pool::Checkout, Head, Framing, bool) {
     let mut headers = HeaderMap::new();
     headers.insert("host", "up.example".parse().unwrap());
     let body = ReqBody::empty();
-    let framing = request_framing(&method, &mut headers, &body);
+    let framing = request_framing(method, &mut headers, &body);
     let head = encode_head(
-        &method,
+        method,
         "/x",
         &headers,
         framing,
@@ -119,7 +120,16 @@ async fn get(
     let mut co = ep.pool.checkout_h1(false).await.unwrap();
     let (mut h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     assert!(upload.is_none(), "the request was written completely");
-    let (fr, ka) = response_framing(&mut h, method == Method::HEAD).unwrap();
+    let (fr, ka) = response_framing(&mut h, *method == Method::HEAD).unwrap();
+    (co, h, fr, ka)
+}
+
+/// One request through checkout → send → body; returns status, headers, body and trailers.
+async fn get(
+    ep: &Arc<Endpoint>,
+    method: Method,
+) -> (http::StatusCode, HeaderMap, Bytes, Option<HeaderMap>) {
+    let (co, h, fr, ka) = send_bodyless(ep, &method).await;
     let b = H1Body::new(co.conn, fr, ka, ep.start(), None);
     let collected = b.collect().await.unwrap();
     let trailers = collected.trailers().cloned();
@@ -198,25 +208,6 @@ async fn close_delimited_and_connection_close_responses_are_not_reused() {
     assert_eq!(ep.pool.idle_count(), 0);
 }
 
-/// A body-less `GET /` sent on a checked-out connection: the connection (its response body
-/// not read yet), the response framing and whether the connection may be reused.
-async fn get_head(ep: &Arc<Endpoint>) -> (crate::pool::Checkout, Framing, bool) {
-    let mut headers = HeaderMap::new();
-    let body = ReqBody::empty();
-    let framing = request_framing(&Method::GET, &mut headers, &body);
-    let head = encode_head(
-        &Method::GET,
-        "/",
-        &headers,
-        framing,
-        &super::encode::tests::fwd(),
-    );
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
-    let (mut h, _) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
-    let (fr, ka) = response_framing(&mut h, false).unwrap();
-    (co, fr, ka)
-}
-
 #[tokio::test]
 async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
     let (addr, _) = answer_once(
@@ -225,7 +216,7 @@ async fn a_truncated_body_is_an_error_and_the_connection_is_dropped() {
     )
     .await;
     let ep = endpoint(addr);
-    let (co, fr, ka) = get_head(&ep).await;
+    let (co, _, fr, ka) = send_bodyless(&ep, &Method::GET).await;
     let err = H1Body::new(co.conn, fr, ka, ep.start(), None)
         .collect()
         .await;
@@ -249,7 +240,7 @@ async fn an_upstream_silent_mid_body_times_out_and_the_connection_is_dropped() {
             ..UpstreamSettings::default()
         },
     );
-    let (co, fr, ka) = get_head(&ep).await;
+    let (co, _, fr, ka) = send_bodyless(&ep, &Method::GET).await;
     let started = std::time::Instant::now();
     let mut b = H1Body::new(co.conn, fr, ka, ep.start(), None);
     let first = b.frame().await.unwrap().unwrap();
