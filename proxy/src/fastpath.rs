@@ -1,7 +1,8 @@
 //! The HTTP/1.1 fast path for client connections: body-less keep-alive requests (the bulk of
 //! proxied traffic) are parsed, handled and answered by a loop in the connection task, with
-//! one read buffer and one write buffer per connection and no per-request allocation beyond
-//! the header map.
+//! one read buffer and one write buffer per connection. A request routed to an HTTP/1
+//! upstream is forwarded field by field from its raw head, and so is the answer
+//! ([`crate::direct`]); the rest go to the general handler as an `http::Request`.
 //!
 //! Everything else is handed to hyper, which serves the rest of the connection: a request with
 //! a body, an `Upgrade` or `Expect`, HTTP/1.0, an absolute-form or `*` target, the HTTP/2
@@ -15,35 +16,30 @@
 //! chunked framing chosen from the body, and on shutdown idle connections closed while busy
 //! ones finish their response (which says `Connection: close` while draining).
 
-use std::cell::RefCell;
 use std::future::poll_fn;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::header;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
-use hyper::body::Incoming;
+use http::{Method, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::body::RespBody;
 use crate::dataplane::DataPlane;
-use crate::forward::{ConnInfo, handle};
-use crate::h1::decode::{Span, header_map, lists};
-use crate::h1::encode::put_field;
+use crate::direct::{self, Answer, FastReq};
+use crate::forward::ConnInfo;
+use crate::h1::decode::{Span, lists};
+use crate::respond::{respond, send_body};
 
 /// Most header fields in a request head (as hyper's default).
 const MAX_HEADERS: usize = 100;
 /// Bytes asked of the socket per read.
 const READ_SIZE: usize = 8 * 1024;
-/// Body bytes gathered behind the response head before a write.
-const COALESCE: usize = 64 * 1024;
 /// The start of the HTTP/2 connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
@@ -80,8 +76,8 @@ pub enum Outcome<I> {
 enum Parsed {
     /// More bytes needed.
     Partial,
-    /// Served here: the request, whether the client keeps the connection, a `HEAD`.
-    Fast(Request<Option<Incoming>>, bool, bool),
+    /// Served here.
+    Fast(FastReq),
     /// Served by hyper.
     Other,
 }
@@ -130,6 +126,7 @@ fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed
     };
     let base = buf.as_ptr() as usize;
     let mut keep_alive = true;
+    let (mut hosts, mut host) = (0, (0, 0));
     spans.clear();
     for h in req.headers.iter() {
         let name = h.name;
@@ -142,6 +139,12 @@ fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed
             || is_name(name, "expect")
         {
             return Ok(Parsed::Other);
+        } else if is_name(name, "host") {
+            hosts += 1;
+            if hosts == 1 {
+                let start = h.value.as_ptr() as usize - base;
+                host = (start, start + h.value.len());
+            }
         } else if is_name(name, "connection") {
             for t in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 if t.eq_ignore_ascii_case(b"close") {
@@ -160,36 +163,14 @@ fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed
     let head = buf.split_to(n).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path_start..path_end))
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let headers = header_map(&head, spans, 0).ok_or(StatusCode::BAD_REQUEST)?;
-    let head_request = method == Method::HEAD;
-    let mut r = Request::new(None);
-    *r.method_mut() = method;
-    *r.uri_mut() = uri;
-    *r.version_mut() = Version::HTTP_11;
-    *r.headers_mut() = headers;
-    Ok(Parsed::Fast(r, keep_alive, head_request))
-}
-
-thread_local! {
-    /// The `Date` value for the current second, per worker thread.
-    static DATE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
-}
-
-fn put_date(out: &mut BytesMut) {
-    let now = SystemTime::now();
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DATE.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.0 != secs {
-            d.1 = httpdate::fmt_http_date(now).into_bytes();
-            d.0 = secs;
-        }
-        out.put_slice(b"date: ");
-        out.put_slice(&d.1);
-        out.put_slice(b"\r\n");
-    });
+    Ok(Parsed::Fast(FastReq {
+        head,
+        method,
+        uri,
+        hosts,
+        host,
+        keep_alive,
+    }))
 }
 
 /// A short local answer that ends the connection (bad request, head too large).
@@ -203,149 +184,18 @@ async fn refuse<I: AsyncWrite + Unpin>(io: &mut I, status: StatusCode) {
     let _ = io.shutdown().await;
 }
 
-/// Writes the response; returns whether the connection is still clean (body complete and as
-/// long as announced).
-async fn respond<I: AsyncWrite + Unpin>(
-    io: &mut I,
-    out: &mut BytesMut,
-    resp: Response<RespBody>,
-    head_request: bool,
-    close: bool,
-) -> std::io::Result<bool> {
-    let (parts, mut body) = resp.into_parts();
-    let status = parts.status;
-    let bodyless = head_request
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    out.clear();
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.put_slice(b"\r\n");
-    let (mut has_date, mut has_connection) = (false, false);
-    let mut declared: Option<u64> = None;
-    for (name, value) in &parts.headers {
-        if *name == header::TRANSFER_ENCODING {
-            continue;
-        }
-        if *name == header::CONTENT_LENGTH {
-            // A list form (`3, 3`, which the upstream client accepts when the values agree) is
-            // not copied: the length is written once below, from the body.
-            if declared.is_some() {
-                continue;
-            }
-            declared = std::str::from_utf8(value.as_bytes())
-                .ok()
-                .and_then(|v| v.trim().parse().ok());
-            if declared.is_none() {
-                continue;
-            }
-        }
-        has_date |= *name == header::DATE;
-        has_connection |= *name == header::CONNECTION;
-        put_field(out, name.as_str().as_bytes(), value.as_bytes());
-    }
-    if !has_date {
-        put_date(out);
-    }
-    let mut chunked = false;
-    if !bodyless && declared.is_none() {
-        match body.size_hint().exact() {
-            Some(n) => {
-                put_field(
-                    out,
-                    b"content-length",
-                    itoa::Buffer::new().format(n).as_bytes(),
-                );
-                declared = Some(n);
-            }
-            None => {
-                out.put_slice(b"transfer-encoding: chunked\r\n");
-                chunked = true;
-            }
-        }
-    }
-    if close && !has_connection {
-        out.put_slice(b"connection: close\r\n");
-    }
-    out.put_slice(b"\r\n");
-    if bodyless {
-        drop(body);
-        io.write_all(out).await?;
-        io.flush().await?;
-        return Ok(true);
-    }
-    let mut sent: u64 = 0;
-    let clean = loop {
-        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
-        let next = match polled {
-            Poll::Ready(f) => f,
-            Poll::Pending => {
-                // Nothing more right now: send what we have while the body makes progress.
-                io.write_all(out).await?;
-                io.flush().await?;
-                out.clear();
-                poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-            }
-        };
-        match next {
-            None => break declared.is_none_or(|d| d == sent),
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "response body failed; closing the connection");
-                break false;
-            }
-            Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if data.is_empty() {
-                    continue;
-                }
-                sent += data.len() as u64;
-                if declared.is_some_and(|d| sent > d) {
-                    break false;
-                }
-                if chunked {
-                    out.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                }
-                if out.len() + data.len() <= COALESCE {
-                    out.put_slice(&data);
-                } else {
-                    io.write_all(out).await?;
-                    out.clear();
-                    io.write_all(&data).await?;
-                }
-                if chunked {
-                    out.put_slice(b"\r\n");
-                }
-            }
-        }
-    };
-    if clean && chunked {
-        out.put_slice(b"0\r\n\r\n");
-    }
-    io.write_all(out).await?;
-    io.flush().await?;
-    out.clear();
-    Ok(clean)
-}
-
-/// Handles `req` while watching the client: a client that closes its connection (or resets
-/// it) before the answer cancels the request — the upstream request is dropped and its
-/// connection not reused — as hyper's server does. Pipelined bytes that arrive meanwhile are
-/// kept in `rbuf` (up to one head's worth; beyond that the client is no longer read until
-/// the answer is out). `None`: the client went away.
-async fn handle_watching<I: AsyncRead + Unpin>(
+/// Runs `fut` (the request's handling) while watching the client: a client that closes its
+/// connection (or resets it) before the answer cancels the request — the upstream request is
+/// dropped and its connection not reused — as hyper's server does. Pipelined bytes that arrive
+/// meanwhile are kept in `rbuf` (up to `limit` bytes; beyond that the client is no longer read
+/// until the answer is out). `None`: the client went away.
+async fn watching<I: AsyncRead + Unpin, T>(
     io: &mut I,
     rbuf: &mut BytesMut,
-    fp: &FastPath,
-    req: Request<Option<Incoming>>,
-) -> Option<Response<RespBody>> {
-    let fut = handle(Arc::clone(&fp.dp), Arc::clone(&fp.info), req);
+    limit: usize,
+    fut: impl Future<Output = T>,
+) -> Option<T> {
     tokio::pin!(fut);
-    let limit = fp.max_header_size.saturating_add(READ_SIZE);
     loop {
         let watch = rbuf.len() < limit;
         tokio::select! {
@@ -420,20 +270,34 @@ where
                 Ok(_) => {}
             }
         };
-        let (req, keep_alive, head_request) = match parsed {
-            Parsed::Fast(r, k, h) => (r, k, h),
+        let req = match parsed {
+            Parsed::Fast(r) => r,
             Parsed::Other | Parsed::Partial => return Outcome::HandOver(io, rbuf.freeze()),
         };
-        let Some(resp) = handle_watching(&mut io, &mut rbuf, fp, req).await else {
+        let (keep_alive, head_request) = (req.keep_alive, req.is_head());
+        let limit = fp.max_header_size.saturating_add(READ_SIZE);
+        let answer = direct::dispatch(&fp.dp, &fp.info, req, &mut spans);
+        let Some(answer) = watching(&mut io, &mut rbuf, limit, answer).await else {
             return Outcome::Closed;
         };
-        let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
-        match respond(&mut io, &mut out, resp, head_request, close).await {
-            Ok(true) if !close => {}
-            _ => {
-                let _ = io.shutdown().await;
-                return Outcome::Closed;
+        let written = match answer {
+            Answer::Direct(d) => {
+                let close = !keep_alive || fp.dp.is_draining();
+                let (body, framing) = d.write_head(&mut out, &spans, head_request, close);
+                send_body(&mut io, &mut out, body, framing)
+                    .await
+                    .map(|clean| clean && !close)
             }
+            Answer::General(resp) => {
+                let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
+                respond(&mut io, &mut out, resp, head_request, close)
+                    .await
+                    .map(|clean| clean && !close)
+            }
+        };
+        if !matches!(written, Ok(true)) {
+            let _ = io.shutdown().await;
+            return Outcome::Closed;
         }
     }
 }
@@ -451,17 +315,18 @@ mod tests {
     fn plain_requests_take_the_fast_path() {
         let mut buf =
             BytesMut::from("GET /a?b=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /next");
-        let Ok(Parsed::Fast(r, keep_alive, head)) = parse(&mut buf, &mut Vec::new(), 8192) else {
+        let Ok(Parsed::Fast(r)) = parse(&mut buf, &mut Vec::new(), 8192) else {
             panic!("not fast");
         };
-        assert_eq!(r.uri(), "/a?b=1");
-        assert_eq!(r.headers()["host"], "x");
-        assert!(!keep_alive && !head);
+        assert_eq!(r.uri, "/a?b=1");
+        assert_eq!(&r.head[r.host.0..r.host.1], b"x");
+        assert_eq!(r.hosts, 1);
+        assert!(!r.keep_alive && !r.is_head());
         assert_eq!(&buf[..], b"GET /next", "the pipelined rest stays");
-        assert!(matches!(
-            p("HEAD / HTTP/1.1\r\n\r\n"),
-            Ok(Parsed::Fast(_, true, true))
-        ));
+        let Ok(Parsed::Fast(r)) = p("HEAD / HTTP/1.1\r\n\r\n") else {
+            panic!("not fast");
+        };
+        assert!(r.keep_alive && r.is_head() && r.hosts == 0);
         assert!(matches!(
             p("DELETE / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
             Ok(Parsed::Fast(..))
@@ -489,26 +354,6 @@ mod tests {
             assert_eq!(buf, before, "nothing consumed for {raw:?}");
         }
         assert!(matches!(p("PRI * HTT"), Ok(Parsed::Partial)));
-    }
-
-    #[tokio::test]
-    async fn content_length_is_written_once() {
-        for lengths in [&["3, 3"][..], &["3", "3"]] {
-            let mut resp = Response::new(RespBody::full("abc"));
-            for l in lengths {
-                resp.headers_mut()
-                    .append(header::CONTENT_LENGTH, l.parse().unwrap());
-            }
-            let (mut io, mut out) = (Vec::new(), BytesMut::new());
-            assert!(
-                respond(&mut io, &mut out, resp, false, false)
-                    .await
-                    .unwrap()
-            );
-            let text = String::from_utf8(io).unwrap();
-            assert_eq!(text.matches("content-length").count(), 1, "{text}");
-            assert!(text.contains("content-length: 3\r\n"), "{text}");
-        }
     }
 
     #[test]

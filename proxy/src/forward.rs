@@ -18,7 +18,7 @@ use crate::dataplane::DataPlane;
 use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::lists;
 use crate::hop;
-use crate::routes::{Action, Target};
+use crate::routes::{Action, RouteTable, Target};
 use crate::upstream::{self, UpstreamError};
 
 /// Facts about the client connection a request arrived on.
@@ -47,6 +47,15 @@ impl ConnInfo {
             tls,
             client_ip,
             local_port: HeaderValue::from(local.port()),
+        }
+    }
+
+    /// The proxy headers requests from this connection get.
+    pub fn proxy_headers(&self) -> ProxyHeaders<'_> {
+        ProxyHeaders {
+            client_ip: &self.client_ip,
+            tls: self.tls,
+            port: &self.local_port,
         }
     }
 }
@@ -80,7 +89,8 @@ fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
     r
 }
 
-fn error_response(e: &UpstreamError) -> Response<RespBody> {
+/// The local answer for a request that could not be delivered.
+pub(crate) fn error_response(e: &UpstreamError) -> Response<RespBody> {
     match e {
         UpstreamError::NoEndpoints(p) => local(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -141,11 +151,22 @@ pub async fn handle(
     conn: Arc<ConnInfo>,
     req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
-    let started = Instant::now();
+    let table = dp.routes();
+    handle_in(&table, &dp, &conn, req, Instant::now()).await
+}
+
+/// [`handle`] with the route table already loaded (by the fast path, which looked the request
+/// up before deciding it needs the general handler) and the time the request started.
+pub(crate) async fn handle_in(
+    table: &RouteTable,
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    req: Request<Option<Incoming>>,
+    started: Instant,
+) -> Response<RespBody> {
     if let Some(refusal) = refuse_early(&req) {
         return refusal;
     }
-    let table = dp.routes();
     let raw_host = req
         .uri()
         .authority()
@@ -170,7 +191,20 @@ pub async fn handle(
         return r;
     };
     let http1 = req.version() <= Version::HTTP_11;
-    let mut resp = route(&dp, &conn, action, req).await;
+    let resp = route(dp, conn, action, req).await;
+    finish(dp, conn, action, resp, http1, started)
+}
+
+/// What every routed response gets: `Connection: close` while draining (HTTP/1), HSTS on
+/// TLS, and the route's request metrics.
+pub(crate) fn finish(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    action: &Action,
+    mut resp: Response<RespBody>,
+    http1: bool,
+    started: Instant,
+) -> Response<RespBody> {
     if http1 && dp.is_draining() {
         // Shutting down: tell keep-alive clients, on a response, that this connection ends, so
         // none of them races a new request against the close.
@@ -262,11 +296,7 @@ async fn route(
             .unwrap_or_else(|_| Uri::from_static("/"));
     }
     let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
-    let fwd = ProxyHeaders {
-        client_ip: &conn.client_ip,
-        tls: conn.tls,
-        port: &conn.local_port,
-    };
+    let fwd = conn.proxy_headers();
     let delivered = match tokio::time::timeout(
         s.request_timeout,
         upstream::send(cluster, up_req, s.upstream_tries, &fwd),

@@ -47,11 +47,15 @@ pub fn new_request_id() -> [u8; 32] {
 }
 
 /// Whether the client's field `name` is replaced by one of ours (and so not copied).
-fn replaced(name: &HeaderName) -> bool {
-    *name == X_FORWARDED_FOR
-        || *name == X_FORWARDED_PROTO
-        || *name == X_FORWARDED_HOST
-        || *name == X_FORWARDED_PORT
+fn replaced(name: &[u8]) -> bool {
+    [
+        &X_FORWARDED_FOR,
+        &X_FORWARDED_PROTO,
+        &X_FORWARDED_HOST,
+        &X_FORWARDED_PORT,
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n.as_str().as_bytes()))
 }
 
 impl ProxyHeaders<'_> {
@@ -60,26 +64,31 @@ impl ProxyHeaders<'_> {
     }
 
     /// Writes the client's fields (minus the ones we replace) and ours into an HTTP/1 head.
-    pub fn write_h1(&self, headers: &HeaderMap, out: &mut BytesMut) {
+    /// `fields` gives the (name, value) pairs, from a header map or straight from a raw head
+    /// (names in any case), as often as asked.
+    pub fn write_h1<'a, I>(&self, fields: impl Fn() -> I, out: &mut BytesMut)
+    where
+        I: Iterator<Item = (&'a [u8], &'a [u8])>,
+    {
         let mut host = None;
         let mut prior_for = false;
         let mut has_id = false;
-        for (name, value) in headers {
+        for (name, value) in fields() {
             if replaced(name) {
-                prior_for |= *name == X_FORWARDED_FOR;
+                prior_for |= name.eq_ignore_ascii_case(b"x-forwarded-for");
                 continue;
             }
-            if *name == header::HOST {
+            if name.eq_ignore_ascii_case(b"host") {
                 host = Some(value);
-            } else if *name == X_REQUEST_ID {
+            } else if name.eq_ignore_ascii_case(b"x-request-id") {
                 has_id = true;
             }
-            put_field(out, name.as_str().as_bytes(), value.as_bytes());
+            put_field(out, name, value);
         }
         out.put_slice(b"x-forwarded-for: ");
         if prior_for {
-            for v in headers.get_all(&X_FORWARDED_FOR) {
-                out.put_slice(v.as_bytes());
+            for (_, v) in fields().filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for")) {
+                out.put_slice(v);
                 out.put_slice(b", ");
             }
         }
@@ -87,7 +96,7 @@ impl ProxyHeaders<'_> {
         out.put_slice(b"\r\n");
         put_field(out, b"x-forwarded-proto", self.proto().as_bytes());
         if let Some(h) = host {
-            put_field(out, b"x-forwarded-host", h.as_bytes());
+            put_field(out, b"x-forwarded-host", h);
         }
         put_field(out, b"x-forwarded-port", self.port.as_bytes());
         if !has_id {
@@ -163,7 +172,7 @@ mod tests {
         h.insert("x-forwarded-port", HeaderValue::from_static("1"));
         h.insert(header::USER_AGENT, HeaderValue::from_static("t"));
         let mut out = BytesMut::new();
-        fwd.write_h1(&h, &mut out);
+        fwd.write_h1(|| crate::h1::decode::map_fields(&h), &mut out);
         let written = parse_fields(&out);
         let mut applied = h.clone();
         fwd.apply(&mut applied);
@@ -198,7 +207,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("abc"));
         let mut out = BytesMut::new();
-        fwd.write_h1(&h, &mut out);
+        fwd.write_h1(|| crate::h1::decode::map_fields(&h), &mut out);
         let ids: Vec<_> = parse_fields(&out)
             .into_iter()
             .filter(|(n, _)| n == "x-request-id")

@@ -39,6 +39,32 @@ fn bit(name: &HeaderName) -> u16 {
     ALWAYS.iter().position(|n| *n == name).map_or(0, |i| 1 << i)
 }
 
+/// Whether a field is hop-by-hop by its name (for `TE`, by its value too): what [`strip`]
+/// removes from every message, for forwarding a raw head field by field. Fields a
+/// `Connection` header names are the caller's to check.
+pub fn is_hop_field(name: &[u8], value: &[u8]) -> bool {
+    if name.eq_ignore_ascii_case(b"te") {
+        return value != b"trailers";
+    }
+    name.eq_ignore_ascii_case(b"connection")
+        || name.eq_ignore_ascii_case(b"upgrade")
+        || ALWAYS
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n.as_str().as_bytes()))
+}
+
+/// Whether a `Connection` value names a field beyond the ones [`is_hop_field`] covers (and
+/// `Host`, never removed).
+pub fn names_other_fields(connection: &[u8]) -> bool {
+    connection
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .any(|t| !t.is_empty() && !OWN_TOKENS.iter().any(|k| t.eq_ignore_ascii_case(k)))
+}
+
+/// `Connection` tokens that name no field to remove beyond the fixed set.
+const OWN_TOKENS: [&[u8]; 5] = [b"close", b"keep-alive", b"upgrade", b"te", b"host"];
+
 /// Removes hop-by-hop headers, including those named by `Connection` (never `Host`, which the
 /// request was routed on). With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive so
 /// an upgrade can pass. `TE: trailers` is kept (gRPC needs it to reach HTTP/2 upstreams).
@@ -57,12 +83,11 @@ pub fn strip(headers: &mut HeaderMap, keep_upgrade: bool) {
             .map(str::trim)
             .filter(|t| {
                 !t.is_empty()
-                    && !["close", "keep-alive", "upgrade", "te"]
+                    && !OWN_TOKENS
                         .iter()
-                        .any(|k| t.eq_ignore_ascii_case(k))
+                        .any(|k| t.as_bytes().eq_ignore_ascii_case(k))
             })
             .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .filter(|n| *n != header::HOST)
             .collect();
         for n in listed {
             headers.remove(n);

@@ -16,6 +16,7 @@
 //! - anything else is a 502.
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -27,8 +28,8 @@ use crate::body::{BodyError, ReqBody, RespBody};
 use crate::cluster::{Cluster, Tried};
 use crate::endpoint::{Endpoint, EndpointSet, InFlight};
 use crate::forwarded::ProxyHeaders;
-use crate::h1::{self, H1Body, H1Error, ReqFraming, SendError, UpIo};
-use crate::pool::ConnectError;
+use crate::h1::{self, H1Body, H1Conn, H1Error, ReqFraming, SendError, UpIo, Upload};
+use crate::pool::{ConnectError, PooledH1};
 
 /// Why a request could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +83,8 @@ pub struct Delivered {
     pub endpoint: Arc<Endpoint>,
 }
 
-fn idempotent(m: &Method) -> bool {
+/// Whether a request with this method may be sent twice (RFC 9110 §9.2.2).
+pub fn idempotent(m: &Method) -> bool {
     matches!(
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
@@ -172,7 +174,8 @@ impl<'a> Attempts<'a> {
     }
 }
 
-fn broken(ep: &Endpoint, e: H1Error) -> UpstreamError {
+/// The error for an exchange with `ep` that broke (a failure counted against `ep`).
+pub fn broken(ep: &Endpoint, e: H1Error) -> UpstreamError {
     if let H1Error::RequestBody(b) = &e
         && let BodyError::TooLarge(limit) = **b
     {
@@ -199,6 +202,76 @@ async fn send_h1(
     let head = h1::encode_head(&parts.method, target, &parts.headers, framing, fwd);
     let head_request = parts.method == Method::HEAD;
     let replayable = idempotent(&parts.method) && framing == ReqFraming::Empty;
+    let answer = exchange_h1(
+        cluster,
+        &head,
+        body,
+        framing,
+        replayable,
+        tries,
+        H1Conn::poll_head,
+    )
+    .await?;
+    let H1Answer {
+        head: mut rhead,
+        conn,
+        upload,
+        in_flight,
+        endpoint,
+    } = answer;
+    let (rframing, keep_alive) =
+        h1::response_framing(&mut rhead, head_request).map_err(|e| broken(&endpoint, e))?;
+    let mut response = Response::new(RespBody::empty());
+    *response.status_mut() = rhead.status;
+    *response.headers_mut() = rhead.headers;
+    let upgrade = if rhead.status == StatusCode::SWITCHING_PROTOCOLS {
+        let (io, leftover) = conn.conn.into_parts();
+        Some(UpstreamUpgrade {
+            io,
+            leftover,
+            in_flight,
+        })
+    } else {
+        *response.body_mut() =
+            RespBody::H1(H1Body::new(conn, rframing, keep_alive, in_flight, upload));
+        None
+    };
+    Ok(Delivered {
+        response,
+        upgrade,
+        endpoint,
+    })
+}
+
+/// What an HTTP/1 upstream answered: the response head (as the head reader gave it), the
+/// connection its body is read from, the rest of an upload the answer overtook, the in-flight
+/// mark and the endpoint.
+#[derive(Debug)]
+pub struct H1Answer<H> {
+    /// The response head.
+    pub head: H,
+    /// The connection, positioned at the start of the body.
+    pub conn: PooledH1,
+    /// The unsent rest of the request, if the answer came first.
+    pub upload: Option<Box<Upload>>,
+    /// The endpoint's in-flight mark (responded already).
+    pub in_flight: InFlight,
+    /// The endpoint that answered.
+    pub endpoint: Arc<Endpoint>,
+}
+
+/// Sends an encoded request head (and `body`) to `cluster` over HTTP/1, following the retry
+/// rules in the module docs, and reads the answer's head with `read_head`. `replayable`: the
+/// request may be sent again after a reused connection broke under it.
+pub async fn exchange_h1<H>(
+    cluster: &Cluster,
+    head: &Bytes,
+    body: ReqBody,
+    framing: ReqFraming,
+    replayable: bool,
+    tries: u32,
+    mut read_head: impl FnMut(&mut H1Conn, &mut Context<'_>) -> Poll<Result<H, H1Error>>,
+) -> Result<H1Answer<H>, UpstreamError> {
     let mut att = Attempts::new(cluster, tries);
     let mut body = Some(body);
     while let Some(b) = body.take() {
@@ -212,34 +285,14 @@ async fn send_h1(
                 continue;
             }
         };
-        match h1::send(&mut checkout.conn.conn, &head, b, framing).await {
-            Ok((mut rhead, upload)) => {
+        match h1::send_with(&mut checkout.conn.conn, head, b, framing, &mut read_head).await {
+            Ok((rhead, upload)) => {
                 flight.responded();
-                let (rframing, keep_alive) =
-                    h1::response_framing(&mut rhead, head_request).map_err(|e| broken(&ep, e))?;
-                let mut response = Response::new(RespBody::empty());
-                *response.status_mut() = rhead.status;
-                *response.headers_mut() = rhead.headers;
-                let upgrade = if rhead.status == StatusCode::SWITCHING_PROTOCOLS {
-                    let (io, leftover) = checkout.conn.conn.into_parts();
-                    Some(UpstreamUpgrade {
-                        io,
-                        leftover,
-                        in_flight: flight,
-                    })
-                } else {
-                    *response.body_mut() = RespBody::H1(H1Body::new(
-                        checkout.conn,
-                        rframing,
-                        keep_alive,
-                        flight,
-                        upload,
-                    ));
-                    None
-                };
-                return Ok(Delivered {
-                    response,
-                    upgrade,
+                return Ok(H1Answer {
+                    head: rhead,
+                    conn: checkout.conn,
+                    upload,
+                    in_flight: flight,
                     endpoint: ep,
                 });
             }

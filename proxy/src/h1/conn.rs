@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::H1Error;
-use super::decode::{Head, Span, parse_head};
+use super::decode::{Head, RawHead, Span, parse_raw};
 use super::encode::{ReqFraming, chunk_size_line, last_chunk};
 use crate::body::ReqBody;
 
@@ -129,11 +129,16 @@ impl H1Conn {
         self.poll_fill(&mut cx).is_pending()
     }
 
-    /// The next final response head (skipping interim 1xx responses other than 101).
-    fn poll_final_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, H1Error>> {
+    /// The next final response head (skipping interim 1xx responses other than 101), its
+    /// fields located by `spans`.
+    pub fn poll_raw_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        spans: &mut Vec<Span>,
+    ) -> Poll<Result<RawHead, H1Error>> {
         loop {
             if !self.rbuf.is_empty()
-                && let Some(head) = parse_head(&mut self.rbuf, &mut self.spans)?
+                && let Some(head) = parse_raw(&mut self.rbuf, spans)?
             {
                 if head.status.is_informational()
                     && head.status != http::StatusCode::SWITCHING_PROTOCOLS
@@ -148,6 +153,15 @@ impl H1Conn {
                 Err(e) => return Poll::Ready(Err(e.into())),
             }
         }
+    }
+
+    /// The next final response head, its fields in a header map.
+    pub fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, H1Error>> {
+        let mut spans = std::mem::take(&mut self.spans);
+        let r = self.poll_raw_head(cx, &mut spans);
+        let r = r.map(|h| h.and_then(|h| h.into_head(&spans)));
+        self.spans = spans;
+        r
     }
 
     /// Gives up the connection for a tunnel: the socket plus bytes already read past the head.
@@ -335,6 +349,17 @@ pub async fn send(
     body: ReqBody,
     framing: ReqFraming,
 ) -> Result<(Head, Option<Box<Upload>>), SendError> {
+    send_with(conn, head, body, framing, H1Conn::poll_head).await
+}
+
+/// [`send`], reading the response head with `read_head` (a header map, or raw fields).
+pub async fn send_with<H>(
+    conn: &mut H1Conn,
+    head: &Bytes,
+    body: ReqBody,
+    framing: ReqFraming,
+    mut read_head: impl FnMut(&mut H1Conn, &mut Context<'_>) -> Poll<Result<H, H1Error>>,
+) -> Result<(H, Option<Box<Upload>>), SendError> {
     let mut up = Upload::new(head, body, framing);
     let mut done = false;
     let r = poll_fn(|cx| {
@@ -344,7 +369,7 @@ pub async fn send(
                 Poll::Ready(Err(UploadError::Write(e))) => {
                     // The upstream may have answered and closed before reading everything.
                     if up.sent > 0
-                        && let Poll::Ready(Ok(h)) = conn.poll_final_head(cx)
+                        && let Poll::Ready(Ok(h)) = read_head(conn, cx)
                     {
                         up.failed = true;
                         return Poll::Ready(Ok(h));
@@ -359,7 +384,7 @@ pub async fn send(
         if !up.head_sent() {
             return Poll::Pending;
         }
-        conn.poll_final_head(cx)
+        read_head(conn, cx)
     })
     .await;
     match r {

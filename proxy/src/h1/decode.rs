@@ -28,10 +28,56 @@ pub struct Head {
 /// Where one header field sits in a head: name start/end, value start/end.
 pub type Span = [u32; 4];
 
+/// A response head as read: status, version and the head's bytes, whose fields the spans
+/// filled in by [`parse_raw`] locate. Forwarding from here copies the fields as they are, with
+/// no header map built (see [`crate::direct`]).
+#[derive(Debug)]
+pub struct RawHead {
+    /// Status code.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// The head, status line to the blank line.
+    pub bytes: Bytes,
+}
+
+impl RawHead {
+    /// The head with its fields in a header map (values share [`RawHead::bytes`]).
+    pub fn into_head(self, spans: &[Span]) -> Result<Head, H1Error> {
+        // Room for the fields the proxy adds (Server, sometimes Connection) without a regrow.
+        let headers =
+            header_map(&self.bytes, spans, 2).ok_or(H1Error::Malformed("invalid header field"))?;
+        Ok(Head {
+            status: self.status,
+            version: self.version,
+            headers,
+        })
+    }
+}
+
+/// The fields `spans` locate in `head`, as (name, value) bytes.
+pub fn fields<'a>(
+    head: &'a [u8],
+    spans: &'a [Span],
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone {
+    spans.iter().map(move |&[ns, ne, vs, ve]| {
+        (
+            &head[ns as usize..ne as usize],
+            &head[vs as usize..ve as usize],
+        )
+    })
+}
+
+/// The fields of a header map, as (name, value) bytes.
+pub fn map_fields(h: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> {
+    h.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+}
+
 /// Parses a complete response head off the front of `buf`, or returns `None` when more bytes
-/// are needed. `spans` is scratch space kept by the connection (no allocation per response,
-/// and unlike a stack array it needs no initialising on every call).
-pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<Head>, H1Error> {
+/// are needed. `spans` is scratch space kept by the caller (no allocation per response, and
+/// unlike a stack array it needs no initialising on every call); it ends up locating the
+/// fields in [`RawHead::bytes`].
+pub fn parse_raw(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<RawHead>, H1Error> {
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let n = match httparse::ParserConfig::default()
@@ -56,8 +102,7 @@ pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<He
     } else {
         Version::HTTP_10
     };
-    // Remember where each field sits, so that the values can share the frozen head. Offsets
-    // fit in u32: the head is at most MAX_HEAD bytes.
+    // Remember where each field sits. Offsets fit in u32: the head is at most MAX_HEAD bytes.
     let base = buf.as_ptr() as usize;
     spans.clear();
     for h in resp.headers.iter() {
@@ -70,14 +115,20 @@ pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<He
             value + h.value.len() as u32,
         ]);
     }
-    let head = buf.split_to(n).freeze();
-    // Room for the fields the proxy adds (Server, sometimes Connection) without a regrow.
-    let headers = header_map(&head, spans, 2).ok_or(H1Error::Malformed("invalid header field"))?;
-    Ok(Some(Head {
+    Ok(Some(RawHead {
         status,
         version,
-        headers,
+        bytes: buf.split_to(n).freeze(),
     }))
+}
+
+/// [`parse_raw`], with the fields put in a header map.
+#[cfg(test)]
+pub fn parse_head(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<Head>, H1Error> {
+    match parse_raw(buf, spans)? {
+        Some(raw) => raw.into_head(spans).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Builds a header map from the fields `spans` locate in `head`; the values share `head`'s
@@ -97,8 +148,7 @@ pub fn lists(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
     headers
         .get_all(name)
         .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        .any(|v| value_lists(v.as_bytes(), token.as_bytes()))
 }
 
 /// How a response body is delimited (RFC 9112 §6.3).
@@ -114,15 +164,77 @@ pub enum Framing {
     UntilClose,
 }
 
-/// Decides the framing of `head`'s body and whether the connection may carry another request
-/// afterwards. Removes a `Content-Length` that a transfer coding overrides.
-pub fn response_framing(head: &mut Head, head_request: bool) -> Result<(Framing, bool), H1Error> {
-    let h = &mut head.headers;
-    let mut keep_alive = match head.version {
-        Version::HTTP_11 => !lists(h, &header::CONNECTION, "close"),
-        _ => lists(h, &header::CONNECTION, "keep-alive"),
+/// Whether one comma-separated field value lists `token`.
+pub fn value_lists(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// How a response's body is framed and what that means for its connection.
+#[derive(Debug)]
+pub struct ResponseFraming {
+    /// The body's framing.
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this response.
+    pub keep_alive: bool,
+    /// A `Content-Length` that a transfer coding overrides: not to be passed on.
+    pub drop_length: bool,
+}
+
+/// Decides the framing of a response body from its status, version and fields, and whether
+/// the connection may carry another request afterwards (RFC 9112 §6.3). One pass over the
+/// fields, so raw heads and header maps share the rules.
+pub fn framing_of<'a>(
+    status: StatusCode,
+    version: Version,
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    head_request: bool,
+) -> Result<ResponseFraming, H1Error> {
+    let (mut close, mut keep_alive_token) = (false, false);
+    let (mut coded, mut last_is_chunked) = (false, false);
+    let (mut length, mut length_error, mut nonzero_length): (Option<u64>, _, _) =
+        (None, None, false);
+    for (name, value) in fields {
+        if name.eq_ignore_ascii_case(b"connection") {
+            close |= value_lists(value, b"close");
+            keep_alive_token |= value_lists(value, b"keep-alive");
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            coded = true;
+            if let Some(t) = value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty())
+            {
+                last_is_chunked = t.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            nonzero_length |= value.trim_ascii() != b"0";
+            for part in value.split(|&b| b == b',') {
+                let n = std::str::from_utf8(part.trim_ascii())
+                    .ok()
+                    .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|p| p.parse::<u64>().ok());
+                match n {
+                    None => length_error = Some("invalid Content-Length"),
+                    Some(n) if length.is_some_and(|l| l != n) => {
+                        length_error = Some("conflicting Content-Length values");
+                    }
+                    Some(n) => length = Some(n),
+                }
+            }
+        }
+    }
+    let mut keep_alive = match version {
+        Version::HTTP_11 => !close,
+        _ => keep_alive_token,
     };
-    let s = head.status;
+    let framed = |framing, keep_alive| ResponseFraming {
+        framing,
+        keep_alive,
+        drop_length: false,
+    };
+    let s = status;
     if head_request
         || s.is_informational()
         || s == StatusCode::NO_CONTENT
@@ -131,55 +243,48 @@ pub fn response_framing(head: &mut Head, head_request: bool) -> Result<(Framing,
         // A 1xx or 204 that announces a body (a transfer coding, or a length other than 0) has
         // a sender confused about framing: whatever it sends next cannot be trusted as the
         // next response. (HEAD and 304 carry the length of the body they leave out.)
-        if !head_request
-            && s != StatusCode::NOT_MODIFIED
-            && (h.contains_key(header::TRANSFER_ENCODING)
-                || h.get_all(header::CONTENT_LENGTH)
-                    .iter()
-                    .any(|v| v.as_bytes().trim_ascii() != b"0"))
-        {
+        if !head_request && s != StatusCode::NOT_MODIFIED && (coded || nonzero_length) {
             keep_alive = false;
         }
-        return Ok((Framing::Empty, keep_alive));
+        return Ok(framed(Framing::Empty, keep_alive));
     }
-    if h.contains_key(header::TRANSFER_ENCODING) {
-        let last_is_chunked = h
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .rfind(|t| !t.is_empty())
-            .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-        if h.remove(header::CONTENT_LENGTH).is_some() {
-            // Both: the coding wins, and a sender that confused would confuse the next
-            // response on this connection too (RFC 9112 §6.3, item 3).
-            keep_alive = false;
-        }
-        return Ok(if last_is_chunked {
-            (Framing::Chunked(ChunkState::Size), keep_alive)
+    if coded {
+        // Both: the coding wins, and a sender that confused would confuse the next response
+        // on this connection too (RFC 9112 §6.3, item 3).
+        let had_length = length.is_some() || length_error.is_some();
+        keep_alive &= !had_length;
+        let mut f = if last_is_chunked {
+            framed(Framing::Chunked(ChunkState::Size), keep_alive)
         } else {
-            (Framing::UntilClose, false)
-        });
+            framed(Framing::UntilClose, false)
+        };
+        f.drop_length = had_length;
+        return Ok(f);
     }
-    let mut length: Option<u64> = None;
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|&b| b == b',') {
-            let n = std::str::from_utf8(part.trim_ascii())
-                .ok()
-                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|p| p.parse::<u64>().ok())
-                .ok_or(H1Error::Malformed("invalid Content-Length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(H1Error::Malformed("conflicting Content-Length values"));
-            }
-            length = Some(n);
-        }
+    if let Some(e) = length_error {
+        return Err(H1Error::Malformed(e));
     }
     Ok(match length {
-        Some(0) => (Framing::Empty, keep_alive),
-        Some(n) => (Framing::Length(n), keep_alive),
-        None => (Framing::UntilClose, false),
+        Some(0) => framed(Framing::Empty, keep_alive),
+        Some(n) => framed(Framing::Length(n), keep_alive),
+        None => framed(Framing::UntilClose, false),
     })
+}
+
+/// [`framing_of`] for a head whose fields are in a header map; removes a `Content-Length`
+/// that a transfer coding overrides. Returns the framing and whether the connection may be
+/// reused.
+pub fn response_framing(head: &mut Head, head_request: bool) -> Result<(Framing, bool), H1Error> {
+    let f = framing_of(
+        head.status,
+        head.version,
+        map_fields(&head.headers),
+        head_request,
+    )?;
+    if f.drop_length {
+        head.headers.remove(header::CONTENT_LENGTH);
+    }
+    Ok((f.framing, f.keep_alive))
 }
 
 /// Where the chunked decoder is.

@@ -61,7 +61,7 @@ pub fn encode_head(
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
-    fwd.write_h1(headers, &mut out);
+    fwd.write_h1(|| super::decode::map_fields(headers), &mut out);
     if framing == ReqFraming::Chunked {
         out.put_slice(b"transfer-encoding: chunked\r\n");
     }

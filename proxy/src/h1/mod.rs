@@ -21,8 +21,8 @@ pub(crate) mod decode;
 pub(crate) mod encode;
 
 pub use body::H1Body;
-pub use conn::{H1Conn, SendError, UpIo, Upload, send};
-pub use decode::{Framing, Head, response_framing};
+pub use conn::{H1Conn, SendError, UpIo, Upload, send, send_with};
+pub use decode::{Framing, Head, RawHead, ResponseFraming, framing_of, response_framing};
 pub use encode::{ReqFraming, encode_head, request_framing};
 
 use crate::body::BodyError;

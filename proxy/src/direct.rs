@@ -1,0 +1,277 @@
+//! Direct forwarding for the fast path: a body-less HTTP/1.1 request routed to an HTTP/1
+//! upstream goes out as its own head's fields, copied as they are, and the answer comes back
+//! the same way. No header map is built on either side (building, hashing and dropping two of
+//! them was the largest user-space cost of a proxied request); the rules are the general
+//! path's, applied field by field: hop-by-hop fields dropped ([`crate::hop`]), the proxy
+//! headers written ([`crate::forwarded`]), `Server` replaced, HSTS on TLS, the response framed
+//! by RFC 9112 §6.3 ([`crate::h1::framing_of`]).
+//!
+//! Anything else — no route, a redirect, a 503 target, an h2c upstream, a `Host` that is
+//! missing, repeated or not plain ASCII — is handed to the general handler
+//! ([`crate::forward::handle_in`]) with the route table already loaded.
+
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::HeaderValue;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use sluice_config::UpstreamProtocol;
+use sluice_config::host::{HostBuf, normalize_request_host};
+
+use crate::body::{ReqBody, RespBody};
+use crate::cluster::Cluster;
+use crate::dataplane::DataPlane;
+use crate::forward::{ConnInfo, error_response, finish, handle_in, local};
+use crate::forwarded::ProxyHeaders;
+use crate::h1::decode::{RawHead, Span, fields, header_map, value_lists};
+use crate::h1::encode::put_field;
+use crate::h1::{H1Body, ReqFraming, framing_of};
+use crate::hop;
+use crate::respond::{BodyFraming, HeadWriter};
+use crate::routes::{Action, Target};
+use crate::upstream::{self, H1Answer};
+
+/// A request head the fast path parsed: the head's bytes (its fields located by the
+/// connection's spans), method, target and what the connection needs to know.
+#[derive(Debug)]
+pub(crate) struct FastReq {
+    /// The request head, request line to blank line.
+    pub head: Bytes,
+    /// The method.
+    pub method: Method,
+    /// The origin-form target.
+    pub uri: Uri,
+    /// How many `Host` fields the head has, and where the first one's value is.
+    pub hosts: usize,
+    /// Start and end of the first `Host` value in `head`.
+    pub host: (usize, usize),
+    /// The client keeps the connection open after this request.
+    pub keep_alive: bool,
+}
+
+impl FastReq {
+    /// A `HEAD` request (its response has no body).
+    pub(crate) fn is_head(&self) -> bool {
+        self.method == Method::HEAD
+    }
+
+    /// The request for the general handler.
+    fn into_request(self, spans: &[Span]) -> Result<Request<Option<Incoming>>, StatusCode> {
+        let headers = header_map(&self.head, spans, 0).ok_or(StatusCode::BAD_REQUEST)?;
+        let mut r = Request::new(None);
+        *r.method_mut() = self.method;
+        *r.uri_mut() = self.uri;
+        *r.version_mut() = Version::HTTP_11;
+        *r.headers_mut() = headers;
+        Ok(r)
+    }
+}
+
+/// What the client gets.
+pub(crate) enum Answer {
+    /// An upstream response to copy through.
+    Direct(Direct),
+    /// A response from the general handler (or a local one).
+    General(Response<RespBody>),
+}
+
+/// An upstream response forwarded field by field.
+pub(crate) struct Direct {
+    head: RawHead,
+    body: H1Body,
+    /// A `Content-Length` a transfer coding overrides, not to be copied.
+    drop_length: bool,
+    /// `Strict-Transport-Security` to set (TLS client, route asks for it).
+    hsts: Option<HeaderValue>,
+}
+
+/// Whether a `Host` value can be routed here as it is: what `HeaderValue::to_str` (the general
+/// handler's view) accepts.
+fn plain_host(v: &[u8]) -> Option<&str> {
+    if v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+        std::str::from_utf8(v).ok()
+    } else {
+        None
+    }
+}
+
+/// Handles a fast-path request. Loads the route table once. `spans` locate the request's
+/// fields in `req.head`; after a [`Answer::Direct`] they locate the response's.
+pub(crate) async fn dispatch(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    req: FastReq,
+    spans: &mut Vec<Span>,
+) -> Answer {
+    let started = Instant::now();
+    let table = dp.routes();
+    if req.hosts == 1
+        && let Some(raw_host) = plain_host(&req.head[req.host.0..req.host.1])
+    {
+        let mut buf = HostBuf::default();
+        let host = normalize_request_host(raw_host, &mut buf);
+        if let Some(action) = table.lookup(host, req.uri.path())
+            && let Target::Cluster(cluster) = &action.target
+            && cluster.protocol != UpstreamProtocol::H2c
+            && (!action.ssl_redirect || conn.tls)
+        {
+            return forward(dp, conn, action, cluster, req, spans, started).await;
+        }
+    }
+    match req.into_request(spans) {
+        Ok(r) => Answer::General(handle_in(&table, dp, conn, r, started).await),
+        Err(status) => Answer::General(local(status, "400 Bad Request: invalid header field\n")),
+    }
+}
+
+/// The upstream request head: the request line, the client's end-to-end fields as they came,
+/// the proxy headers, and `Content-Length: 0` where the general path would send one.
+fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes {
+    let head = &req.head[..];
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = BytesMut::with_capacity(head.len() + 256);
+    out.put_slice(req.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    let mut had_length = false;
+    fwd.write_h1(
+        || {
+            fields(head, spans).filter(|&(n, v)| {
+                !hop::is_hop_field(n, v) && !n.eq_ignore_ascii_case(b"content-length")
+            })
+        },
+        &mut out,
+    );
+    for (n, _) in fields(head, spans) {
+        had_length |= n.eq_ignore_ascii_case(b"content-length");
+    }
+    if had_length || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
+        put_field(&mut out, b"content-length", b"0");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Sends the request to `cluster` and reads the answer's head raw.
+async fn forward(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    action: &Action,
+    cluster: &Cluster,
+    req: FastReq,
+    spans: &mut Vec<Span>,
+    started: Instant,
+) -> Answer {
+    let s = &dp.settings;
+    let up_head = request_head(&req, spans, &conn.proxy_headers());
+    let head_request = req.is_head();
+    let exchange = upstream::exchange_h1(
+        cluster,
+        &up_head,
+        ReqBody::empty(),
+        ReqFraming::Empty,
+        upstream::idempotent(&req.method),
+        s.upstream_tries,
+        |c, cx| c.poll_raw_head(cx, spans),
+    );
+    let local_answer = |resp| Answer::General(finish(dp, conn, action, resp, true, started));
+    let answer = match tokio::time::timeout(s.request_timeout, exchange).await {
+        Err(_) => {
+            return local_answer(local(
+                StatusCode::GATEWAY_TIMEOUT,
+                "504 Gateway Timeout: the upstream did not answer in time\n",
+            ));
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
+            return local_answer(error_response(&e));
+        }
+        Ok(Ok(a)) => a,
+    };
+    let H1Answer {
+        head,
+        conn: upconn,
+        upload,
+        in_flight,
+        endpoint,
+    } = answer;
+    if head.status == StatusCode::SWITCHING_PROTOCOLS {
+        // Nobody asked to switch: passing it on would leave the client speaking a protocol we
+        // do not tunnel. The connection is dropped with `upconn`.
+        return local_answer(local(
+            StatusCode::BAD_GATEWAY,
+            "502 Bad Gateway: the upstream switched protocols unasked\n",
+        ));
+    }
+    let f = match framing_of(
+        head.status,
+        head.version,
+        fields(&head.bytes, spans),
+        head_request,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            let e = upstream::broken(&endpoint, e);
+            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
+            return local_answer(error_response(&e));
+        }
+    };
+    action.stats.record(head.status.as_u16(), started.elapsed());
+    Answer::Direct(Direct {
+        body: H1Body::new(upconn, f.framing, f.keep_alive, in_flight, upload),
+        head,
+        drop_length: f.drop_length,
+        hsts: if conn.tls { action.hsts.clone() } else { None },
+    })
+}
+
+impl Direct {
+    /// Writes the response head into `out` (what [`crate::forward`]'s general path would send
+    /// for the same answer) and returns the body with its framing.
+    pub(crate) fn write_head(
+        self,
+        out: &mut BytesMut,
+        spans: &[Span],
+        head_request: bool,
+        close: bool,
+    ) -> (H1Body, BodyFraming) {
+        let Direct {
+            head,
+            body,
+            drop_length,
+            hsts,
+        } = self;
+        let bytes = &head.bytes[..];
+        // Rare: a `Connection` header naming other fields, which are hop-by-hop too.
+        let named = fields(bytes, spans)
+            .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && hop::names_other_fields(v));
+        let mut w = HeadWriter::new(out, head.status);
+        for (name, value) in fields(bytes, spans) {
+            if hop::is_hop_field(name, value)
+                || name.eq_ignore_ascii_case(b"server")
+                || (drop_length && name.eq_ignore_ascii_case(b"content-length"))
+                || (hsts.is_some() && name.eq_ignore_ascii_case(b"strict-transport-security"))
+                || (named
+                    && fields(bytes, spans).any(|(n, v)| {
+                        n.eq_ignore_ascii_case(b"connection") && value_lists(v, name)
+                    }))
+            {
+                continue;
+            }
+            w.field(name, value);
+        }
+        w.field(b"server", b"sluice");
+        if let Some(h) = &hsts {
+            w.field(b"strict-transport-security", h.as_bytes());
+        }
+        let framing = w.finish(
+            head_request,
+            http_body::Body::size_hint(&body).exact(),
+            close,
+            false,
+        );
+        (body, framing)
+    }
+}
