@@ -193,9 +193,8 @@ async fn watching<I: AsyncRead + Unpin, T>(
     io: &mut I,
     rbuf: &mut BytesMut,
     limit: usize,
-    fut: impl Future<Output = T>,
+    mut fut: Pin<&mut impl Future<Output = T>>,
 ) -> Option<T> {
-    tokio::pin!(fut);
     loop {
         let watch = rbuf.len() < limit;
         tokio::select! {
@@ -276,8 +275,14 @@ where
         };
         let (keep_alive, head_request) = (req.keep_alive, req.is_head());
         let limit = fp.max_header_size.saturating_add(READ_SIZE);
-        let answer = direct::dispatch(&fp.dp, &fp.info, req, &mut spans);
-        let Some(answer) = watching(&mut io, &mut rbuf, limit, answer).await else {
+        // Pinned where it is made: the handling future is large, and moving it into
+        // `watching` cost a copy per request.
+        let answer = {
+            let handling = direct::dispatch(&fp.dp, &fp.info, req, &mut spans);
+            tokio::pin!(handling);
+            watching(&mut io, &mut rbuf, limit, handling.as_mut()).await
+        };
+        let Some(answer) = answer else {
             return Outcome::Closed;
         };
         let written = match answer {
