@@ -121,7 +121,13 @@ pub(crate) async fn dispatch(
     }
     match req.into_request(spans) {
         Ok(r) => Answer::General(handle_in(&table, dp, conn, r, started).await),
-        Err(status) => Answer::General(local(status, "400 Bad Request: invalid header field\n")),
+        Err(status) => {
+            // As for any malformed head: answered, then the connection ends.
+            let mut r = local(status, "400 Bad Request: invalid header field\n");
+            r.headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            Answer::General(r)
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! proxied traffic) are parsed, handled and answered by a loop in the connection task, with
 //! one read buffer and one write buffer per connection. A request routed to an HTTP/1
 //! upstream is forwarded field by field from its raw head, and so is the answer
-//! ([`crate::direct`]); the rest go to the general handler as an `http::Request`.
+//! (`direct.rs`); the rest go to the general handler as an `http::Request`.
 //!
 //! Everything else is handed to hyper, which serves the rest of the connection: a request with
 //! a body, an `Upgrade` or `Expect`, HTTP/1.0, an absolute-form or `*` target, the HTTP/2

@@ -29,8 +29,8 @@ pub struct Head {
 pub type Span = [u32; 4];
 
 /// A response head as read: status, version and the head's bytes, whose fields the spans
-/// filled in by [`parse_raw`] locate. Forwarding from here copies the fields as they are, with
-/// no header map built (see [`crate::direct`]).
+/// filled in by `parse_raw` locate. Forwarding from here copies the fields as they are, with
+/// no header map built (see `direct.rs`).
 #[derive(Debug)]
 pub struct RawHead {
     /// Status code.
