@@ -105,6 +105,11 @@ struct ScenarioArgs {
     /// Load generator threads (default: the number of load CPUs).
     #[arg(long)]
     threads: Option<usize>,
+    /// Capacity scenarios with HTTP/1.1 keep-alive (rps, throughput): the load generator,
+    /// ours or wrk (installed by bench/install-peers.sh). wrk reports fewer facts (no
+    /// per-request truth, timeline or p99.9).
+    #[arg(long, value_enum, default_value_t = GeneratorArg::Own)]
+    generator: GeneratorArg,
     /// The sluice binary (default: next to sluice-bench).
     #[arg(long)]
     sluice_bin: Option<PathBuf>,
@@ -117,6 +122,14 @@ struct ScenarioArgs {
     /// Output directory (default bench-out/<scenario>-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum GeneratorArg {
+    /// sluice-bench's own generator.
+    Own,
+    /// wrk, one thread per load CPU (or --threads).
+    Wrk,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -430,7 +443,7 @@ fn scenario_main(name: &str, a: ScenarioArgs, nofile: u64) -> Result<()> {
         a,
         machine,
         pin.then_some(proxy_cpus),
-        cores,
+        (cores, threads),
     ))
 }
 
@@ -477,7 +490,7 @@ async fn run_scenario(
     a: ScenarioArgs,
     machine: std::collections::BTreeMap<String, String>,
     cpus: Option<String>,
-    cores: usize,
+    (cores, load_threads): (usize, usize),
 ) -> Result<()> {
     let peers: Vec<PeerKind> = if a.peers.is_empty() {
         match name {
@@ -531,6 +544,7 @@ async fn run_scenario(
         proxy_cores: cores,
         ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
         rounds: a.rounds as usize,
+        wrk_threads: (a.generator == GeneratorArg::Wrk).then_some(load_threads),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
     };

@@ -5,11 +5,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use sluice_config::{BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, UpstreamProtocol};
 
-use crate::endpoint::{Endpoint, EndpointSet, Member, now_nanos};
+use crate::endpoint::{Endpoint, EndpointSet, Member, nanos_at};
 use crate::metrics::{Metrics, ServiceLabels};
 use crate::pool::{PoolKey, PoolRegistry};
 
@@ -137,7 +138,12 @@ impl Cluster {
     /// exist, ejected and draining ones. `None` only when the pool has no endpoint at all left
     /// to try.
     pub fn pick(&self, set: &EndpointSet, tried: &Tried) -> Option<Arc<Endpoint>> {
-        let now = now_nanos();
+        self.pick_at(set, tried, Instant::now())
+    }
+
+    /// [`Cluster::pick`] with the time already read.
+    pub fn pick_at(&self, set: &EndpointSet, tried: &Tried, now: Instant) -> Option<Arc<Endpoint>> {
+        let now = nanos_at(now);
         for list in [&set.ready, &set.draining] {
             if let Some(e) = self.pick_from(list, tried, now, true) {
                 return Some(e);

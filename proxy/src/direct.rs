@@ -10,6 +10,8 @@
 //! missing, repeated or not plain ASCII — is handed to the general handler
 //! ([`crate::forward::handle_in`]) with the route table already loaded.
 
+use std::future::poll_fn;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -26,6 +28,7 @@ use crate::forward::{ConnInfo, error_response, finish, handle_in, local};
 use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::{RawHead, Span, fields, header_map, value_lists};
 use crate::h1::encode::put_field;
+use crate::h1::field::{self, Field, Run};
 use crate::h1::{H1Body, ReqFraming, framing_of};
 use crate::hop;
 use crate::respond::{BodyFraming, HeadWriter};
@@ -120,7 +123,9 @@ pub(crate) async fn dispatch(
         }
     }
     match req.into_request(spans) {
-        Ok(r) => Answer::General(handle_in(&table, dp, conn, r, started).await),
+        // Boxed: the general handler's future is several times the size of the direct
+        // path's, and every fast-path request's future would otherwise carry (and move) it.
+        Ok(r) => Answer::General(Box::pin(handle_in(&table, dp, conn, r, started)).await),
         Err(status) => {
             // As for any malformed head: answered, then the connection ends.
             let mut r = local(status, "400 Bad Request: invalid header field\n");
@@ -132,7 +137,9 @@ pub(crate) async fn dispatch(
 }
 
 /// The upstream request head: the request line, the client's end-to-end fields as they came,
-/// the proxy headers, and `Content-Length: 0` where the general path would send one.
+/// the proxy headers, and `Content-Length: 0` where the general path would send one. The
+/// client's lines are copied whole, adjacent kept lines in one piece; a head whose lines do
+/// not all end in CRLF is copied field by field instead.
 fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes {
     let head = &req.head[..];
     let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -142,16 +149,39 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     out.put_slice(target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
     let mut had_length = false;
-    fwd.write_h1(
-        || {
-            fields(head, spans).filter(|&(n, v)| {
-                !hop::is_hop_field(n, v) && !n.eq_ignore_ascii_case(b"content-length")
-            })
-        },
-        &mut out,
-    );
-    for (n, _) in fields(head, spans) {
-        had_length |= n.eq_ignore_ascii_case(b"content-length");
+    if field::lines_contiguous(head, spans) {
+        let (mut host, mut prior_for, mut has_id) = (None, false, false);
+        let mut run = Run::default();
+        for (i, (name, value)) in fields(head, spans).enumerate() {
+            let kind = Field::of(name);
+            match kind {
+                Field::Host if host.is_none() => host = Some(value),
+                Field::XRequestId => has_id = true,
+                Field::XForwardedFor => prior_for = true,
+                Field::ContentLength => had_length = true,
+                _ => {}
+            }
+            if kind.is_hop(value) || kind.is_replaced() || kind == Field::ContentLength {
+                continue;
+            }
+            run.keep(head, field::line(head, spans, i), &mut out);
+        }
+        run.flush(head, &mut out);
+        let prior = fields(head, spans)
+            .filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor)
+            .map(|(_, v)| v);
+        fwd.write_own(&mut out, host, prior, has_id);
+    } else {
+        fwd.write_h1(
+            || {
+                fields(head, spans).filter(|&(n, v)| {
+                    let kind = Field::of(n);
+                    !kind.is_hop(v) && kind != Field::ContentLength
+                })
+            },
+            &mut out,
+        );
+        had_length = fields(head, spans).any(|(n, _)| Field::of(n) == Field::ContentLength);
     }
     if had_length || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
         put_field(&mut out, b"content-length", b"0");
@@ -173,18 +203,33 @@ async fn forward(
     let s = &dp.settings;
     let up_head = request_head(&req, spans, &conn.proxy_headers());
     let head_request = req.is_head();
-    let exchange = upstream::exchange_h1(
-        cluster,
-        &up_head,
-        ReqBody::empty(),
-        ReqFraming::Empty,
-        upstream::idempotent(&req.method),
-        s.upstream_tries,
-        |c, cx| c.poll_raw_head(cx, spans),
-    );
     let local_answer = |resp| Answer::General(finish(dp, conn, action, resp, true, started));
-    let answer = match tokio::time::timeout(s.request_timeout, exchange).await {
-        Err(_) => {
+    let answer = {
+        let exchange = upstream::exchange_h1(
+            cluster,
+            &up_head,
+            ReqBody::empty(),
+            ReqFraming::Empty,
+            upstream::idempotent(&req.method),
+            s.upstream_tries,
+            |c, cx| c.poll_raw_head(cx, spans),
+            started,
+        );
+        // Pinned where it is made and raced against the deadline by hand: wrapping it in
+        // `timeout` moved the (kilobyte-sized) future twice more per request. The deadline comes
+        // from the instant already read.
+        tokio::pin!(exchange);
+        let deadline =
+            tokio::time::sleep_until(tokio::time::Instant::from_std(started) + s.request_timeout);
+        tokio::pin!(deadline);
+        let answer = poll_fn(|cx| match exchange.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Ok(r)),
+            Poll::Pending => deadline.as_mut().poll(cx).map(Err),
+        });
+        answer.await
+    };
+    let answer = match answer {
+        Err(()) => {
             return local_answer(local(
                 StatusCode::GATEWAY_TIMEOUT,
                 "504 Gateway Timeout: the upstream did not answer in time\n",
@@ -202,6 +247,7 @@ async fn forward(
         upload,
         in_flight,
         endpoint,
+        answered,
     } = answer;
     if head.status == StatusCode::SWITCHING_PROTOCOLS {
         // Nobody asked to switch: passing it on would leave the client speaking a protocol we
@@ -224,7 +270,10 @@ async fn forward(
             return local_answer(error_response(&e));
         }
     };
-    action.stats.record(head.status.as_u16(), started.elapsed());
+    action.stats.record(
+        head.status.as_u16(),
+        answered.saturating_duration_since(started),
+    );
     Answer::Direct(Direct {
         body: H1Body::new(upconn, f.framing, f.keep_alive, in_flight, upload),
         head,
@@ -252,21 +301,47 @@ impl Direct {
         let bytes = &head.bytes[..];
         // Rare: a `Connection` header naming other fields, which are hop-by-hop too.
         let named = fields(bytes, spans)
-            .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && hop::names_other_fields(v));
+            .any(|(n, v)| Field::of(n) == Field::Connection && hop::names_other_fields(v));
+        let listed = |name: &[u8]| {
+            named
+                && fields(bytes, spans)
+                    .any(|(n, v)| Field::of(n) == Field::Connection && value_lists(v, name))
+        };
+        let dropped = |kind: Field, value: &[u8]| {
+            kind.is_hop(value)
+                || kind == Field::Server
+                || (drop_length && kind == Field::ContentLength)
+                || (hsts.is_some() && kind == Field::StrictTransportSecurity)
+        };
         let mut w = HeadWriter::new(out, head.status);
-        for (name, value) in fields(bytes, spans) {
-            if hop::is_hop_field(name, value)
-                || name.eq_ignore_ascii_case(b"server")
-                || (drop_length && name.eq_ignore_ascii_case(b"content-length"))
-                || (hsts.is_some() && name.eq_ignore_ascii_case(b"strict-transport-security"))
-                || (named
-                    && fields(bytes, spans).any(|(n, v)| {
-                        n.eq_ignore_ascii_case(b"connection") && value_lists(v, name)
-                    }))
-            {
-                continue;
+        if field::lines_contiguous(bytes, spans) {
+            // Whole lines, adjacent ones in one copy; `Content-Length` goes through the
+            // writer, which checks it and remembers the length.
+            let mut run = Run::default();
+            for (i, (name, value)) in fields(bytes, spans).enumerate() {
+                let kind = Field::of(name);
+                if dropped(kind, value) || listed(name) {
+                    continue;
+                }
+                match kind {
+                    Field::ContentLength => {
+                        run.flush(bytes, w.out());
+                        w.field(name, value);
+                    }
+                    Field::Date => {
+                        w.has_date();
+                        run.keep(bytes, field::line(bytes, spans, i), w.out());
+                    }
+                    _ => run.keep(bytes, field::line(bytes, spans, i), w.out()),
+                }
             }
-            w.field(name, value);
+            run.flush(bytes, w.out());
+        } else {
+            for (name, value) in fields(bytes, spans) {
+                if !dropped(Field::of(name), value) && !listed(name) {
+                    w.field(name, value);
+                }
+            }
         }
         w.field(b"server", b"sluice");
         if let Some(h) = &hsts {
@@ -279,5 +354,64 @@ impl Direct {
             false,
         );
         (body, framing)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::fastpath::{Parsed, parse};
+
+    /// The upstream head for a raw client head, as the direct path writes it.
+    fn upstream_head(raw: &str) -> String {
+        let mut buf = BytesMut::from(raw);
+        let mut spans = Vec::new();
+        let Ok(Parsed::Fast(req)) = parse(&mut buf, &mut spans, 8192) else {
+            panic!("not a fast-path head: {raw:?}");
+        };
+        let (ip, port) = (
+            HeaderValue::from_static("10.0.0.9"),
+            HeaderValue::from_static("80"),
+        );
+        let fwd = ProxyHeaders {
+            client_ip: &ip,
+            tls: false,
+            port: &port,
+        };
+        String::from_utf8(request_head(&req, &spans, &fwd).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn client_lines_are_copied_as_they_came_without_hop_by_hop_or_replaced_ones() {
+        let raw = "GET /a?b HTTP/1.1\r\nHost: x.example\r\nConnection: keep-alive\r\n\
+                   User-Agent: t\r\nKeep-Alive: 5\r\nX-Forwarded-For: 1.1.1.1\r\nAccept: */*\r\n\
+                   X-Forwarded-Proto: spoof\r\nX-Request-ID: id1\r\nTE: trailers\r\n\
+                   Content-Length: 0\r\n\r\n";
+        let out = upstream_head(raw);
+        assert_eq!(
+            out,
+            "GET /a?b HTTP/1.1\r\nHost: x.example\r\nUser-Agent: t\r\nAccept: */*\r\n\
+             X-Request-ID: id1\r\nTE: trailers\r\nx-forwarded-for: 1.1.1.1, 10.0.0.9\r\n\
+             x-forwarded-proto: http\r\nx-forwarded-host: x.example\r\nx-forwarded-port: 80\r\n\
+             content-length: 0\r\n\r\n"
+        );
+        // Bare-LF line ends: field by field, to the same head.
+        assert_eq!(upstream_head(&raw.replace("\r\n", "\n")), out);
+    }
+
+    #[test]
+    fn a_request_id_is_generated_and_a_body_less_post_says_its_length() {
+        let out = upstream_head("POST /f HTTP/1.1\r\nHost: h\r\n\r\n");
+        let id = out
+            .split("\r\n")
+            .find_map(|l| l.strip_prefix("x-request-id: "))
+            .unwrap();
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{out}"
+        );
+        assert!(out.ends_with("\r\ncontent-length: 0\r\n\r\n"), "{out}");
+        assert!(out.starts_with("POST /f HTTP/1.1\r\nHost: h\r\nx-forwarded-for: 10.0.0.9\r\n"));
     }
 }

@@ -27,7 +27,13 @@ fn epoch() -> Instant {
 
 /// Nanoseconds since the process epoch.
 pub fn now_nanos() -> u64 {
-    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
+    nanos_at(Instant::now())
+}
+
+/// Nanoseconds from the process epoch to `t` (no clock read: a request reads the clock a few
+/// times and passes the instant along, rather than each step reading it again).
+pub fn nanos_at(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One upstream address with its live statistics.
@@ -95,18 +101,22 @@ impl Endpoint {
 
     /// Marks a request started; the guard ends it.
     pub fn start(self: &Arc<Self>) -> InFlight {
+        self.start_at(Instant::now())
+    }
+
+    /// Marks a request started at `started`; the guard ends it.
+    pub fn start_at(self: &Arc<Self>, started: Instant) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         InFlight {
             endpoint: Arc::clone(self),
-            started: Instant::now(),
+            started,
         }
     }
 
     /// Records a latency sample (peak-EWMA: a higher sample replaces the estimate at once,
     /// lower ones decay into it).
-    fn observe(&self, rtt: Duration) {
-        let now = now_nanos();
+    fn observe(&self, rtt: Duration, now: u64) {
         let rtt = rtt.as_nanos() as f64;
         let prev = f64::from_bits(self.ewma_bits.load(Ordering::Relaxed));
         let last = self.ewma_stamp.swap(now, Ordering::Relaxed);
@@ -160,9 +170,13 @@ impl InFlight {
     }
 
     /// The response head arrived: feed the latency estimate and clear the failure streak.
-    pub fn responded(&self) {
-        self.endpoint.observe(self.started.elapsed());
+    /// Returns when (the one clock read this takes, for the caller's own timing).
+    pub fn responded(&self) -> Instant {
+        let now = Instant::now();
+        self.endpoint
+            .observe(now.saturating_duration_since(self.started), nanos_at(now));
         self.endpoint.succeed();
+        now
     }
 }
 

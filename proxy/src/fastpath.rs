@@ -34,6 +34,7 @@ use crate::dataplane::DataPlane;
 use crate::direct::{self, Answer, FastReq};
 use crate::forward::ConnInfo;
 use crate::h1::decode::{Span, lists};
+use crate::h1::field::Field;
 use crate::respond::{respond, send_body};
 
 /// Most header fields in a request head (as hyper's default).
@@ -73,7 +74,7 @@ pub enum Outcome<I> {
 /// request would cost an allocation per request on the hot path, for a value that lives on
 /// the stack for one return.
 #[allow(clippy::large_enum_variant)]
-enum Parsed {
+pub(crate) enum Parsed {
     /// More bytes needed.
     Partial,
     /// Served here.
@@ -82,12 +83,12 @@ enum Parsed {
     Other,
 }
 
-fn is_name(name: &str, known: &str) -> bool {
-    name.eq_ignore_ascii_case(known)
-}
-
 /// Parses the head at the front of `buf` (consumed only for [`Parsed::Fast`]).
-fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed, StatusCode> {
+pub(crate) fn parse(
+    buf: &mut BytesMut,
+    spans: &mut Vec<Span>,
+    max: usize,
+) -> Result<Parsed, StatusCode> {
     if buf.starts_with(H2_PREFACE) || H2_PREFACE.starts_with(buf) {
         return Ok(if buf.len() >= H2_PREFACE.len() {
             Parsed::Other
@@ -130,29 +131,26 @@ fn parse(buf: &mut BytesMut, spans: &mut Vec<Span>, max: usize) -> Result<Parsed
     spans.clear();
     for h in req.headers.iter() {
         let name = h.name;
-        if is_name(name, "content-length") {
-            if h.value.trim_ascii() != b"0" {
-                return Ok(Parsed::Other);
-            }
-        } else if is_name(name, "transfer-encoding")
-            || is_name(name, "upgrade")
-            || is_name(name, "expect")
-        {
-            return Ok(Parsed::Other);
-        } else if is_name(name, "host") {
-            hosts += 1;
-            if hosts == 1 {
-                let start = h.value.as_ptr() as usize - base;
-                host = (start, start + h.value.len());
-            }
-        } else if is_name(name, "connection") {
-            for t in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if !t.eq_ignore_ascii_case(b"keep-alive") && !t.is_empty() {
-                    return Ok(Parsed::Other);
+        match Field::of(name.as_bytes()) {
+            Field::ContentLength if h.value.trim_ascii() != b"0" => return Ok(Parsed::Other),
+            Field::TransferEncoding | Field::Upgrade | Field::Expect => return Ok(Parsed::Other),
+            Field::Host => {
+                hosts += 1;
+                if hosts == 1 {
+                    let start = h.value.as_ptr() as usize - base;
+                    host = (start, start + h.value.len());
                 }
             }
+            Field::Connection => {
+                for t in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if !t.eq_ignore_ascii_case(b"keep-alive") && !t.is_empty() {
+                        return Ok(Parsed::Other);
+                    }
+                }
+            }
+            _ => {}
         }
         let ns = (name.as_ptr() as usize - base) as u32;
         let vs = (h.value.as_ptr() as usize - base) as u32;

@@ -10,6 +10,7 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::h1::encode::put_field;
+use crate::h1::field::Field;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -32,30 +33,13 @@ pub struct ProxyHeaders<'a> {
 /// A fresh request ID: 128 random bits as 32 hex digits.
 pub fn new_request_id() -> [u8; 32] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut bits = fastrand::u128(..);
     let mut out = [0u8; 32];
-    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
-    for (i, byte) in a
-        .to_be_bytes()
-        .iter()
-        .chain(b.to_be_bytes().iter())
-        .enumerate()
-    {
-        out[2 * i] = HEX[usize::from(byte >> 4)];
-        out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    for digit in out.iter_mut().rev() {
+        *digit = HEX[(bits & 0xf) as usize];
+        bits >>= 4;
     }
     out
-}
-
-/// Whether the client's field `name` is replaced by one of ours (and so not copied).
-fn replaced(name: &[u8]) -> bool {
-    [
-        &X_FORWARDED_FOR,
-        &X_FORWARDED_PROTO,
-        &X_FORWARDED_HOST,
-        &X_FORWARDED_PORT,
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n.as_str().as_bytes()))
 }
 
 impl ProxyHeaders<'_> {
@@ -74,23 +58,35 @@ impl ProxyHeaders<'_> {
         let mut prior_for = false;
         let mut has_id = false;
         for (name, value) in fields() {
-            if replaced(name) {
-                prior_for |= name.eq_ignore_ascii_case(b"x-forwarded-for");
-                continue;
+            let kind = Field::of(name);
+            match kind {
+                Field::XForwardedFor => prior_for = true,
+                Field::Host => host = Some(value),
+                Field::XRequestId => has_id = true,
+                _ => {}
             }
-            if name.eq_ignore_ascii_case(b"host") {
-                host = Some(value);
-            } else if name.eq_ignore_ascii_case(b"x-request-id") {
-                has_id = true;
+            if !kind.is_replaced() {
+                put_field(out, name, value);
             }
-            put_field(out, name, value);
         }
+        let prior = fields().filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor);
+        self.write_own(out, host, prior.map(|(_, v)| v), has_id);
+    }
+
+    /// Writes our fields: `X-Forwarded-For` (the `prior` values the client sent, then its IP),
+    /// `-Proto`, `-Host` (the client's `Host`, if it sent one), `-Port`, and a fresh
+    /// `X-Request-ID` unless the client `has_id`.
+    pub(crate) fn write_own<'a>(
+        &self,
+        out: &mut BytesMut,
+        host: Option<&[u8]>,
+        prior: impl Iterator<Item = &'a [u8]>,
+        has_id: bool,
+    ) {
         out.put_slice(b"x-forwarded-for: ");
-        if prior_for {
-            for (_, v) in fields().filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for")) {
-                out.put_slice(v);
-                out.put_slice(b", ");
-            }
+        for v in prior {
+            out.put_slice(v);
+            out.put_slice(b", ");
         }
         out.put_slice(self.client_ip.as_bytes());
         out.put_slice(b"\r\n");

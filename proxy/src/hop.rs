@@ -39,22 +39,8 @@ fn bit(name: &HeaderName) -> u16 {
     ALWAYS.iter().position(|n| *n == name).map_or(0, |i| 1 << i)
 }
 
-/// Whether a field is hop-by-hop by its name (for `TE`, by its value too): what [`strip`]
-/// removes from every message, for forwarding a raw head field by field. Fields a
-/// `Connection` header names are the caller's to check.
-pub fn is_hop_field(name: &[u8], value: &[u8]) -> bool {
-    if name.eq_ignore_ascii_case(b"te") {
-        return value != b"trailers";
-    }
-    name.eq_ignore_ascii_case(b"connection")
-        || name.eq_ignore_ascii_case(b"upgrade")
-        || ALWAYS
-            .iter()
-            .any(|n| name.eq_ignore_ascii_case(n.as_str().as_bytes()))
-}
-
-/// Whether a `Connection` value names a field beyond the ones [`is_hop_field`] covers (and
-/// `Host`, never removed).
+/// Whether a `Connection` value names a field beyond the hop-by-hop ones every message loses
+/// (and `Host`, never removed).
 pub fn names_other_fields(connection: &[u8]) -> bool {
     connection
         .split(|&b| b == b',')

@@ -196,9 +196,17 @@ impl HostPool {
     /// Gets an HTTP/1 connection (cleartext or TLS): a live idle one when there is one, else
     /// a new one; with `fresh` always a new one (after a pooled connection turned out dead,
     /// see `upstream`).
-    pub async fn checkout_h1(self: &Arc<Self>, fresh: bool) -> Result<Checkout, ConnectError> {
+    /// `now` is the time the caller read last (idle connections past the idle timeout then are
+    /// not reused).
+    pub async fn checkout_h1(
+        self: &Arc<Self>,
+        fresh: bool,
+        now: Instant,
+    ) -> Result<Checkout, ConnectError> {
         while !fresh && let Some(mut idle) = self.pop_idle() {
-            if idle.since.elapsed() > self.settings.idle_timeout || !idle.conn.is_usable() {
+            if now.saturating_duration_since(idle.since) > self.settings.idle_timeout
+                || !idle.conn.is_usable()
+            {
                 continue;
             }
             return Ok(Checkout {

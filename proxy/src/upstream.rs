@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -139,10 +140,15 @@ impl<'a> Attempts<'a> {
 
     /// The endpoint for the next attempt, if another attempt is allowed.
     fn next(&mut self) -> Option<Arc<Endpoint>> {
+        self.next_at(Instant::now())
+    }
+
+    /// [`Attempts::next`] with the time already read.
+    fn next_at(&mut self, now: Instant) -> Option<Arc<Endpoint>> {
         if self.attempt >= 2 * self.tries + 2 || self.tried.len() >= self.tries {
             return None;
         }
-        let ep = self.cluster.pick(&self.set, &self.tried)?;
+        let ep = self.cluster.pick_at(&self.set, &self.tried, now)?;
         if self.attempt > 0 {
             self.cluster.stats.retries.inc();
         }
@@ -210,6 +216,7 @@ async fn send_h1(
         replayable,
         tries,
         H1Conn::poll_head,
+        Instant::now(),
     )
     .await?;
     let H1Answer {
@@ -218,6 +225,7 @@ async fn send_h1(
         upload,
         in_flight,
         endpoint,
+        ..
     } = answer;
     let (rframing, keep_alive) =
         h1::response_framing(&mut rhead, head_request).map_err(|e| broken(&endpoint, e))?;
@@ -258,11 +266,15 @@ pub struct H1Answer<H> {
     pub in_flight: InFlight,
     /// The endpoint that answered.
     pub endpoint: Arc<Endpoint>,
+    /// When the response head arrived.
+    pub answered: Instant,
 }
 
 /// Sends an encoded request head (and `body`) to `cluster` over HTTP/1, following the retry
 /// rules in the module docs, and reads the answer's head with `read_head`. `replayable`: the
-/// request may be sent again after a reused connection broke under it.
+/// request may be sent again after a reused connection broke under it. `started`: when the
+/// request started (read once by the caller, used for the first attempt).
+#[allow(clippy::too_many_arguments)]
 pub async fn exchange_h1<H>(
     cluster: &Cluster,
     head: &Bytes,
@@ -271,13 +283,20 @@ pub async fn exchange_h1<H>(
     replayable: bool,
     tries: u32,
     mut read_head: impl FnMut(&mut H1Conn, &mut Context<'_>) -> Poll<Result<H, H1Error>>,
+    started: Instant,
 ) -> Result<H1Answer<H>, UpstreamError> {
     let mut att = Attempts::new(cluster, tries);
     let mut body = Some(body);
     while let Some(b) = body.take() {
-        let Some(ep) = att.next() else { break };
-        let flight = ep.start();
-        let mut checkout = match ep.pool.checkout_h1(std::mem::take(&mut att.fresh)).await {
+        let now = if att.attempt == 0 {
+            started
+        } else {
+            Instant::now()
+        };
+        let Some(ep) = att.next_at(now) else { break };
+        let flight = ep.start_at(now);
+        let fresh = std::mem::take(&mut att.fresh);
+        let mut checkout = match ep.pool.checkout_h1(fresh, now).await {
             Ok(c) => c,
             Err(e) => {
                 att.connect_failed(&ep, e);
@@ -287,13 +306,14 @@ pub async fn exchange_h1<H>(
         };
         match h1::send_with(&mut checkout.conn.conn, head, b, framing, &mut read_head).await {
             Ok((rhead, upload)) => {
-                flight.responded();
+                let answered = flight.responded();
                 return Ok(H1Answer {
                     head: rhead,
                     conn: checkout.conn,
                     upload,
                     in_flight: flight,
                     endpoint: ep,
+                    answered,
                 });
             }
             Err(SendError::Unsent { body: b, error }) => {

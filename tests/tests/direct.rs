@@ -185,6 +185,44 @@ async fn hop_by_hop_fields_and_proxy_headers_follow_the_general_rules() {
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
+/// Heads whose lines end in a bare LF (which the parsers tolerate) are forwarded field by
+/// field, so what leaves sluice has CRLF line ends either way; repeated or listed
+/// `Content-Length` values become one field and a `Date` is never doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_line_feeds_and_repeated_lengths_leave_as_clean_heads() {
+    let (up, mut heads, _accepted) = scripted(vec![
+        "HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\nDate: Sat, 05 Dec 2026 00:00:00 GMT\n\nok",
+        "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\
+         Date: Sat, 05 Dec 2026 00:00:00 GMT\r\nX-B: 2\r\n\r\nok",
+    ])
+    .await;
+    let (_s, http, _m) = start(up).await;
+    let mut c = TcpStream::connect(http).await.unwrap();
+    for raw in [
+        "GET / HTTP/1.1\nHost: direct.test\nX-Request-ID: r\nConnection: keep-alive\n\n",
+        "GET / HTTP/1.1\r\nHost: direct.test\r\nX-Request-ID: r\r\n\r\n",
+    ] {
+        let r = ask(&mut c, raw.as_bytes(), |t| t.ends_with("\r\n\r\nok")).await;
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        assert!(!head.replace("\r\n", "").contains('\n'), "bare LF in {r:?}");
+        let got = fields(head);
+        let lengths: Vec<_> = got
+            .iter()
+            .filter(|f| f.starts_with("content-length:"))
+            .collect();
+        assert_eq!(lengths, ["content-length: 2"], "{r:?}");
+        assert_eq!(got.iter().filter(|f| f.starts_with("date:")).count(), 1);
+        assert!(got.iter().any(|f| f == "x-a: 1"), "{r:?}");
+        assert_eq!(body, "ok");
+
+        let sent = heads.recv().await.unwrap();
+        assert!(!sent.replace("\r\n", "").contains('\n'), "{sent:?}");
+        let mut sent = fields(&sent);
+        sent.retain(|f| !f.starts_with("x-forwarded-"));
+        assert_eq!(sent, ["host: direct.test", "x-request-id: r"]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodyless_answers_keep_their_length_and_the_connection_is_reused() {
     let (up, _heads, accepted) = scripted(vec![

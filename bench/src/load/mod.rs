@@ -9,6 +9,7 @@ pub mod conn;
 pub mod http1;
 pub mod record;
 mod worker;
+pub mod wrk;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -8,7 +8,10 @@ fn mb(b: u64) -> String {
 }
 
 fn f(v: f64) -> String {
-    if v >= 100.0 {
+    if v.is_nan() {
+        // Not measured (wrk gives no p99.9).
+        "-".into()
+    } else if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
         format!("{v:.1}")

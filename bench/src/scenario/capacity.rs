@@ -73,6 +73,8 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
                 tls: (*tls, keep_alive),
                 churn: None,
                 proxy_cores: c.proxy_cores,
+                // wrk keeps its connections open: not for the handshake scenario.
+                wrk_threads: c.wrk_threads.filter(|_| keep_alive),
             };
             // Odd rounds run the peers in reverse, so neither goes first every time.
             let order: Vec<PeerKind> = if round % 2 == 1 {
@@ -133,6 +135,13 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         if keep_alive { "keep-alive" } else { "one request per new connection (Connection: close), no session resumption: every request is a full handshake" }
     ));
     settings.insert("proxy cores".into(), c.proxy_cores.to_string());
+    settings.insert(
+        "load generator".into(),
+        match c.wrk_threads.filter(|_| keep_alive) {
+            Some(t) => format!("wrk -t{t} (--generator wrk)"),
+            None => "sluice-bench's own".into(),
+        },
+    );
     if rounds_n > 1 {
         settings.insert(
             "rounds".into(),

@@ -117,6 +117,8 @@ pub struct RunSetup {
     pub churn: Option<churn::ChurnPlan>,
     /// Cores the proxy was given (for utilisation).
     pub proxy_cores: usize,
+    /// wrk with this many threads as the load generator instead of ours.
+    pub wrk_threads: Option<usize>,
 }
 
 /// Runs one peer through one setup: fresh pods, start, load (+ churn), stop.
@@ -172,7 +174,13 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         };
         (usage, driven)
     };
-    let (res, (usage, driven)) = tokio::join!(load::run(&spec, hooks), driver);
+    let generate = async {
+        match setup.wrk_threads {
+            Some(threads) => load::wrk::run(&spec, threads, hooks).await,
+            None => load::run(&spec, hooks).await,
+        }
+    };
+    let (res, (usage, driven)) = tokio::join!(generate, driver);
     let (cpu, rss) = usage.finish();
     pb_task.abort();
     let mut notes: Vec<String> = Vec::new();
@@ -271,6 +279,8 @@ pub struct Common {
     pub ingresses: Option<Vec<usize>>,
     /// Capacity scenarios: how many times every peer runs (order alternating per round).
     pub rounds: usize,
+    /// Capacity scenarios: wrk with this many threads as the load generator instead of ours.
+    pub wrk_threads: Option<usize>,
     /// The command line, for the report.
     pub command: String,
     /// Machine facts for the report.

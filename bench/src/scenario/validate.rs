@@ -6,61 +6,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{Common, secs};
+use crate::load::wrk::{self, WrkOut};
 use crate::load::{self, Hooks, LoadSpec};
 use crate::peers::{HOST, Peer, PeerKind, Proto};
 use crate::pods::Pods;
 use crate::report::Report;
-
-/// wrk's figures parsed from its output.
-#[derive(Debug, Default, PartialEq)]
-pub struct WrkOut {
-    /// Requests/sec.
-    pub rps: f64,
-    /// p50 (ms).
-    pub p50_ms: f64,
-    /// p99 (ms).
-    pub p99_ms: f64,
-    /// Socket errors + non-2xx.
-    pub errors: u64,
-}
-
-fn wrk_ms(v: &str) -> f64 {
-    let v = v.trim();
-    let num = |s: &str| s.parse::<f64>().unwrap_or(0.0);
-    if let Some(x) = v.strip_suffix("us") {
-        num(x) / 1000.0
-    } else if let Some(x) = v.strip_suffix("ms") {
-        num(x)
-    } else if let Some(x) = v.strip_suffix('s') {
-        num(x) * 1000.0
-    } else if let Some(x) = v.strip_suffix('m') {
-        num(x) * 60_000.0
-    } else {
-        num(v)
-    }
-}
-
-/// Parses wrk's `--latency` output.
-pub fn parse_wrk(out: &str) -> WrkOut {
-    let mut w = WrkOut::default();
-    for line in out.lines().map(str::trim) {
-        if let Some(v) = line.strip_prefix("Requests/sec:") {
-            w.rps = v.trim().parse().unwrap_or(0.0);
-        } else if let Some(v) = line.strip_prefix("50%") {
-            w.p50_ms = wrk_ms(v);
-        } else if let Some(v) = line.strip_prefix("99%") {
-            w.p99_ms = wrk_ms(v);
-        } else if let Some(v) = line.strip_prefix("Socket errors:") {
-            w.errors += v
-                .split(',')
-                .filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok())
-                .sum::<u64>();
-        } else if let Some(v) = line.strip_prefix("Non-2xx or 3xx responses:") {
-            w.errors += v.trim().parse::<u64>().unwrap_or(0);
-        }
-    }
-    w
-}
 
 async fn wrk(addr: SocketAddr, connections: usize, duration: Duration) -> Result<WrkOut, String> {
     let bin = crate::sys::which("wrk").ok_or("wrk not installed")?;
@@ -77,7 +27,7 @@ async fn wrk(addr: SocketAddr, connections: usize, duration: Duration) -> Result
         .output()
         .await
         .map_err(|e| format!("wrk: {e}"))?;
-    Ok(parse_wrk(&String::from_utf8_lossy(&out.stdout)))
+    Ok(wrk::parse(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Runs wrk and our generator against direct and (if available) sluice.
@@ -119,7 +69,7 @@ pub async fn run(c: &Common) -> Report {
             kind.name()
         );
         match wrk(peer.target, connections, duration).await {
-            Ok(w) => row("wrk -t1", w.rps, w.p50_ms, w.p99_ms, w.errors),
+            Ok(w) => row("wrk -t1", w.rps, w.p50_ms, w.p99_ms, w.error_count()),
             Err(e) => eprintln!("validate: {e}"),
         }
         eprintln!(
@@ -158,18 +108,5 @@ pub async fn run(c: &Common) -> Report {
         scale: Vec::new(),
         extra: rows,
         rounds: Vec::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_wrk() {
-        let out = "Running 5s test @ http://127.0.0.1:1/\n  Latency Distribution\n     50%  412.00us\n     99%    2.10ms\n  100000 requests in 5.00s, 110.00MB read\n  Socket errors: connect 0, read 3, write 0, timeout 1\n  Non-2xx or 3xx responses: 2\nRequests/sec:  20000.50\n";
-        let w = super::parse_wrk(out);
-        assert_eq!(w.rps, 20000.5);
-        assert!((w.p50_ms - 0.412).abs() < 1e-9);
-        assert!((w.p99_ms - 2.1).abs() < 1e-9);
-        assert_eq!(w.errors, 6);
     }
 }

@@ -19,6 +19,7 @@ mod body;
 mod conn;
 pub(crate) mod decode;
 pub(crate) mod encode;
+pub(crate) mod field;
 
 pub use body::H1Body;
 pub use conn::{H1Conn, SendError, UpIo, Upload, send, send_with};

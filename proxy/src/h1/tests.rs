@@ -117,7 +117,11 @@ async fn send_bodyless(
         framing,
         &super::encode::tests::fwd(),
     );
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let mut co = ep
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     let (mut h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     assert!(upload.is_none(), "the request was written completely");
     let (fr, ka) = response_framing(&mut h, *method == Method::HEAD).unwrap();
@@ -267,7 +271,11 @@ async fn an_idle_connection_closed_by_the_peer_is_not_handed_out() {
     get(&ep, Method::GET).await;
     assert_eq!(ep.pool.idle_count(), 1);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let co = ep.pool.checkout_h1(false).await.unwrap();
+    let co = ep
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     assert!(!co.reused, "the closed idle connection was skipped");
     assert_eq!(ep.pool.idle_count(), 0, "and dropped");
     drop(co);
@@ -305,7 +313,11 @@ async fn the_sweep_closes_idle_connections_the_peer_closed_and_keeps_live_ones()
     assert_eq!(a.pool.idle_count(), 0);
     assert_eq!(b.pool.sweep_idle(), 0, "a live idle connection stays");
     assert_eq!(b.pool.idle_count(), 1);
-    let co = b.pool.checkout_h1(false).await.unwrap();
+    let co = b
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     assert!(co.reused, "and is reused afterwards");
 }
 
@@ -335,7 +347,11 @@ async fn request_bodies_are_framed_by_length_or_chunked() {
     let (body, framing, head) = upload_of(Method::POST, "/up", incoming);
     assert_eq!(framing, ReqFraming::Chunked);
     let ep = endpoint(addr);
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let mut co = ep
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     let (h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     assert_eq!(h.status, 201);
     assert!(upload.is_none());
@@ -407,7 +423,11 @@ async fn an_early_answer_stops_the_upload_and_the_connection_is_not_reused() {
     let (body, framing, head) = upload_of(Method::PUT, "/", incoming);
     assert_eq!(framing, ReqFraming::Length(100_000));
     let ep = endpoint(addr);
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let mut co = ep
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     let (mut h, upload) = tokio::time::timeout(
         Duration::from_secs(3),
         send(&mut co.conn.conn, &head, body, framing),
@@ -466,7 +486,11 @@ async fn a_full_duplex_answer_streams_while_the_upload_goes_on() {
         client_body(b"PUT / HTTP/1.1\r\nhost: a\r\ncontent-length: 10\r\n\r\nfirst").await;
     let (body, framing, head) = upload_of(Method::PUT, "/", incoming);
     let ep = endpoint(addr);
-    let mut co = ep.pool.checkout_h1(false).await.unwrap();
+    let mut co = ep
+        .pool
+        .checkout_h1(false, std::time::Instant::now())
+        .await
+        .unwrap();
     let (mut h, upload) = send(&mut co.conn.conn, &head, body, framing).await.unwrap();
     assert_eq!(h.status, 200);
     assert!(

@@ -1,0 +1,227 @@
+//! wrk as the load generator of a closed-loop capacity run (`--generator wrk`): the tool the
+//! published proxy comparisons use, so a figure can be checked without trusting our own
+//! generator. wrk runs as a child process, inheriting the load CPUs this process is pinned to,
+//! and its summary is turned into a [`LoadReport`]. wrk gives fewer facts than our generator:
+//! no per-request truth beyond its error classes, no timeline, no p99.9 (reported as NaN).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::record::WrkErrors;
+use super::{Hooks, LoadError, LoadReport, LoadSpec, Mode, Percentiles, Truth};
+
+/// wrk's figures parsed from its `--latency` output.
+#[derive(Debug, Default, PartialEq)]
+pub struct WrkOut {
+    /// Requests/sec.
+    pub rps: f64,
+    /// Requests completed.
+    pub requests: u64,
+    /// Length of the run (s).
+    pub duration_s: f64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// p50 (ms).
+    pub p50_ms: f64,
+    /// p90 (ms).
+    pub p90_ms: f64,
+    /// p99 (ms).
+    pub p99_ms: f64,
+    /// Mean latency (ms).
+    pub mean_ms: f64,
+    /// Largest latency (ms).
+    pub max_ms: f64,
+    /// Socket errors and statuses above 399.
+    pub errors: WrkErrors,
+}
+
+impl WrkOut {
+    /// Socket errors plus non-2xx/3xx responses.
+    pub fn error_count(&self) -> u64 {
+        self.errors.total()
+    }
+}
+
+/// A wrk duration (`412.00us`, `2.10ms`, `1.5s`, `2m`) in milliseconds.
+fn wrk_ms(v: &str) -> f64 {
+    let v = v.trim();
+    let num = |s: &str| s.parse::<f64>().unwrap_or(0.0);
+    if let Some(x) = v.strip_suffix("us") {
+        num(x) / 1000.0
+    } else if let Some(x) = v.strip_suffix("ms") {
+        num(x)
+    } else if let Some(x) = v.strip_suffix('s') {
+        num(x) * 1000.0
+    } else if let Some(x) = v.strip_suffix('m') {
+        num(x) * 60_000.0
+    } else {
+        num(v)
+    }
+}
+
+/// A wrk size (`400.00MB`, `12.5KB`, `10B`) in bytes.
+fn wrk_bytes(v: &str) -> u64 {
+    let v = v.trim();
+    let (num, scale) = [
+        ("TB", 1u64 << 40),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("KB", 1 << 10),
+    ]
+    .iter()
+    .find_map(|(u, s)| v.strip_suffix(u).map(|n| (n, *s)))
+    .unwrap_or((v.strip_suffix('B').unwrap_or(v), 1));
+    (num.trim().parse::<f64>().unwrap_or(0.0) * scale as f64) as u64
+}
+
+/// Parses wrk's `--latency` output.
+pub fn parse(out: &str) -> WrkOut {
+    let mut w = WrkOut::default();
+    for line in out.lines().map(str::trim) {
+        if let Some(v) = line.strip_prefix("Requests/sec:") {
+            w.rps = v.trim().parse().unwrap_or(0.0);
+        } else if let Some(v) = line.strip_prefix("Latency ") {
+            // "Latency  3.06ms  1.20ms  12.00ms  90.00%": avg, stdev, max.
+            let cols: Vec<&str> = v.split_whitespace().collect();
+            if let (Some(avg), Some(max)) = (cols.first(), cols.get(2)) {
+                w.mean_ms = wrk_ms(avg);
+                w.max_ms = wrk_ms(max);
+            }
+        } else if let Some(v) = line.strip_prefix("50%") {
+            w.p50_ms = wrk_ms(v);
+        } else if let Some(v) = line.strip_prefix("90%") {
+            w.p90_ms = wrk_ms(v);
+        } else if let Some(v) = line.strip_prefix("99%") {
+            w.p99_ms = wrk_ms(v);
+        } else if let Some((n, rest)) = line.split_once(" requests in ") {
+            w.requests = n.trim().parse().unwrap_or(0);
+            if let Some((d, read)) = rest.split_once(',') {
+                w.duration_s = wrk_ms(d) / 1000.0;
+                w.bytes = wrk_bytes(read.trim().trim_end_matches("read"));
+            }
+        } else if let Some(v) = line.strip_prefix("Socket errors:") {
+            for part in v.split(',') {
+                let mut it = part.split_whitespace();
+                let (Some(class), Some(n)) = (it.next(), it.next()) else {
+                    continue;
+                };
+                let n = n.parse::<u64>().unwrap_or(0);
+                match class {
+                    "connect" => w.errors.connect += n,
+                    "read" => w.errors.read += n,
+                    "write" => w.errors.write += n,
+                    "timeout" => w.errors.timeout += n,
+                    _ => {}
+                }
+            }
+        } else if let Some(v) = line.strip_prefix("Non-2xx or 3xx responses:") {
+            w.errors.status_non2xx += v.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    w
+}
+
+/// Runs wrk closed loop with `threads` threads against the first address of `spec`.
+pub async fn run(spec: &LoadSpec, threads: usize, hooks: Hooks) -> Result<LoadReport, LoadError> {
+    if !matches!(spec.mode, Mode::Closed) || !spec.keep_alive {
+        return Err(LoadError::Invalid(
+            "wrk runs closed loop over keep-alive connections only".into(),
+        ));
+    }
+    let addr = spec
+        .addrs
+        .first()
+        .ok_or_else(|| LoadError::Invalid("no address".into()))?;
+    let bin = crate::sys::which("wrk").ok_or_else(|| {
+        LoadError::Invalid("wrk is not installed (bench/install-peers.sh)".into())
+    })?;
+    let threads = threads.clamp(1, spec.connections.max(1));
+    let secs = spec.duration.as_secs().max(1);
+    let scheme = if spec.tls.is_some() { "https" } else { "http" };
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args([
+        format!("-t{threads}"),
+        format!("-c{}", spec.connections),
+        format!("-d{secs}s"),
+        format!("--timeout={}s", spec.timeout.as_secs().max(1)),
+        "--latency".into(),
+        "-H".into(),
+        format!("Host: {}", spec.host),
+        format!("{scheme}://{addr}{}", spec.path),
+    ])
+    .kill_on_drop(true);
+    if let Some(tx) = hooks.started {
+        let _ = tx.send(Instant::now());
+    }
+    let out = tokio::time::timeout(Duration::from_secs(secs + 30), cmd.output())
+        .await
+        .map_err(|_| LoadError::Invalid("wrk did not finish".into()))?
+        .map_err(|e| LoadError::Invalid(format!("wrk: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let w = parse(&text);
+    if w.requests == 0 {
+        return Err(LoadError::Invalid(format!(
+            "wrk completed no request: {}{}",
+            text.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let failed = w.error_count();
+    let mut status = BTreeMap::new();
+    status.insert(200, w.requests.saturating_sub(w.errors.status_non2xx));
+    Ok(LoadReport {
+        mode: "closed-loop (wrk)".into(),
+        requested_rps: None,
+        achieved_rps: w.rps,
+        duration_s: w.duration_s,
+        connections: spec.connections,
+        keep_alive: true,
+        requests: w.requests,
+        responses: w.requests,
+        requests_failed: failed,
+        idle_closed_by_server: 0,
+        missed: 0,
+        errors: w.errors,
+        truth: Truth::default(),
+        status,
+        latency_ms: Percentiles {
+            p50: w.p50_ms,
+            p90: w.p90_ms,
+            p99: w.p99_ms,
+            p99_9: f64::NAN,
+            p99_99: f64::NAN,
+            p99_999: f64::NAN,
+            p99_9999: f64::NAN,
+            max: w.max_ms,
+            mean: w.mean_ms,
+        },
+        latency_curve: Vec::new(),
+        bytes_received: w.bytes,
+        rate_kept: true,
+        rate_note: None,
+        generator_lag_p99_ms: 0.0,
+        timeline: Vec::new(),
+        backends_seen: BTreeMap::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_wrk() {
+        let out = "Running 5s test @ http://127.0.0.1:1/\n  1 threads and 10 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency   500.00us  100.00us   3.50ms   90.00%\n  Latency Distribution\n     50%  412.00us\n     75%  500.00us\n     90%  800.00us\n     99%    2.10ms\n  100000 requests in 5.00s, 110.00MB read\n  Socket errors: connect 0, read 3, write 0, timeout 1\n  Non-2xx or 3xx responses: 2\nRequests/sec:  20000.50\n";
+        let w = super::parse(out);
+        assert_eq!(w.rps, 20000.5);
+        assert_eq!(w.requests, 100_000);
+        assert!((w.duration_s - 5.0).abs() < 1e-9);
+        assert_eq!(w.bytes, 110 * 1024 * 1024);
+        assert!((w.p50_ms - 0.412).abs() < 1e-9);
+        assert!((w.p90_ms - 0.8).abs() < 1e-9);
+        assert!((w.p99_ms - 2.1).abs() < 1e-9);
+        assert!((w.max_ms - 3.5).abs() < 1e-9 && (w.mean_ms - 0.5).abs() < 1e-9);
+        assert_eq!((w.errors.read, w.errors.timeout), (3, 1));
+        assert_eq!(w.error_count(), 6);
+    }
+}
