@@ -56,7 +56,7 @@ fn config(dir: &Path, c: &Conf, servers: &[Option<SocketAddr>]) -> String {
     }
     let _ = write!(
         s,
-        "\n  backlog {BACKLOG}\n  default_backend be\n\nbackend be\n"
+        "\n  backlog {BACKLOG}\n  option forwardfor\n  http-request set-header X-Forwarded-Proto https if {{ ssl_fc }}\n  http-request set-header X-Forwarded-Proto http if !{{ ssl_fc }}\n  http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  http-request set-header X-Forwarded-Port %[dst_port]\n  http-request set-header X-Request-ID %[uuid] unless {{ req.hdr(x-request-id) -m found }}\n  default_backend be\n\nbackend be\n"
     );
     for (i, a) in servers.iter().enumerate() {
         match a {
@@ -92,6 +92,10 @@ pub fn settings(workers: usize, runtime: bool) -> BTreeMap<String, String> {
     s.insert("balance".into(), "roundrobin".into());
     s.insert("backlog".into(), format!("backlog {BACKLOG}"));
     s.insert("workers".into(), format!("nbthread {workers}"));
+    s.insert(
+        "proxy headers".into(),
+        "option forwardfor, X-Forwarded-Proto/Host/Port set, X-Request-ID (the client's, else a uuid), as sluice sends them".into(),
+    );
     s.insert("timeouts".into(), format!("connect {CONNECT_TIMEOUT_S}s, server {READ_TIMEOUT_S}s, client/http-keep-alive {CLIENT_IDLE_S}s, http-request 30s"));
     s.insert(
         "upstream keep-alive".into(),

@@ -134,7 +134,7 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
     }
     let _ = write!(
         s,
-        "worker_processes {w};\nworker_rlimit_nofile 16384;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections 8192;\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
+        "worker_processes {w};\nworker_rlimit_nofile 16384;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections 8192;\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  map $http_x_request_id $req_id {{\n    default $http_x_request_id;\n    \"\" $request_id;\n  }}\n  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n  proxy_set_header X-Forwarded-Proto $scheme;\n  proxy_set_header X-Forwarded-Host $http_host;\n  proxy_set_header X-Forwarded-Port $server_port;\n  proxy_set_header X-Request-ID $req_id;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
         w = c.workers
     );
     if let Some(lp) = c.lua_port {
@@ -196,6 +196,10 @@ pub fn settings(workers: usize, lua: bool) -> BTreeMap<String, String> {
         "1000000 client and upstream (default 1000 would recycle connections mid-run)".into(),
     );
     s.insert("access log".into(), "access_log off".into());
+    s.insert(
+        "proxy headers".into(),
+        "X-Forwarded-For/Proto/Host/Port and X-Request-ID (the client's, else $request_id), as sluice and ingress-nginx send them".into(),
+    );
     s.insert(
         "tls".into(),
         "TLSv1.2 TLSv1.3, ssl_session_cache shared:SSL:10m".into(),
