@@ -148,41 +148,32 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
-    let mut had_length = false;
-    if field::lines_contiguous(head, spans) {
-        let (mut host, mut prior_for, mut has_id) = (None, false, false);
-        let mut run = Run::default();
-        for (i, (name, value)) in fields(head, spans).enumerate() {
-            let kind = Field::of(name);
-            match kind {
-                Field::Host if host.is_none() => host = Some(value),
-                Field::XRequestId => has_id = true,
-                Field::XForwardedFor => prior_for = true,
-                Field::ContentLength => had_length = true,
-                _ => {}
-            }
-            if kind.is_hop(value) || kind.is_replaced() || kind == Field::ContentLength {
-                continue;
-            }
-            run.keep(head, field::line(head, spans, i), &mut out);
+    let whole_lines = field::lines_contiguous(head, spans);
+    let (mut host, mut prior_for, mut has_id, mut had_length) = (None, false, false, false);
+    let mut run = Run::default();
+    for (i, (name, value)) in fields(head, spans).enumerate() {
+        let kind = Field::of(name);
+        match kind {
+            Field::Host if host.is_none() => host = Some(value),
+            Field::XRequestId => has_id = true,
+            Field::XForwardedFor => prior_for = true,
+            Field::ContentLength => had_length = true,
+            _ => {}
         }
-        run.flush(head, &mut out);
-        let prior = fields(head, spans)
-            .filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor)
-            .map(|(_, v)| v);
-        fwd.write_own(&mut out, host, prior, has_id);
-    } else {
-        fwd.write_h1(
-            || {
-                fields(head, spans).filter(|&(n, v)| {
-                    let kind = Field::of(n);
-                    !kind.is_hop(v) && kind != Field::ContentLength
-                })
-            },
-            &mut out,
-        );
-        had_length = fields(head, spans).any(|(n, _)| Field::of(n) == Field::ContentLength);
+        if kind.is_hop(value) || kind.is_replaced() || kind == Field::ContentLength {
+            continue;
+        }
+        if whole_lines {
+            run.keep(head, field::line(head, spans, i), &mut out);
+        } else {
+            put_field(&mut out, name, value);
+        }
     }
+    run.flush(head, &mut out);
+    let prior = fields(head, spans)
+        .filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor)
+        .map(|(_, v)| v);
+    fwd.write_own(&mut out, host, prior, has_id);
     if had_length || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
         put_field(&mut out, b"content-length", b"0");
     }
@@ -314,35 +305,27 @@ impl Direct {
                 || (hsts.is_some() && kind == Field::StrictTransportSecurity)
         };
         let mut w = HeadWriter::new(out, head.status);
-        if field::lines_contiguous(bytes, spans) {
-            // Whole lines, adjacent ones in one copy; `Content-Length` goes through the
-            // writer, which checks it and remembers the length.
-            let mut run = Run::default();
-            for (i, (name, value)) in fields(bytes, spans).enumerate() {
-                let kind = Field::of(name);
-                if dropped(kind, value) || listed(name) {
-                    continue;
-                }
-                match kind {
-                    Field::ContentLength => {
-                        run.flush(bytes, w.out());
-                        w.field(name, value);
-                    }
-                    Field::Date => {
-                        w.has_date();
-                        run.keep(bytes, field::line(bytes, spans, i), w.out());
-                    }
-                    _ => run.keep(bytes, field::line(bytes, spans, i), w.out()),
-                }
+        // Whole lines, adjacent ones in one copy, when every line ends in CRLF; else field by
+        // field. `Content-Length` always goes through the writer, which checks it and
+        // remembers the length.
+        let whole_lines = field::lines_contiguous(bytes, spans);
+        let mut run = Run::default();
+        for (i, (name, value)) in fields(bytes, spans).enumerate() {
+            let kind = Field::of(name);
+            if dropped(kind, value) || listed(name) {
+                continue;
             }
-            run.flush(bytes, w.out());
-        } else {
-            for (name, value) in fields(bytes, spans) {
-                if !dropped(Field::of(name), value) && !listed(name) {
-                    w.field(name, value);
+            if !whole_lines || kind == Field::ContentLength {
+                run.flush(bytes, w.out());
+                w.field(name, value);
+            } else {
+                if kind == Field::Date {
+                    w.has_date();
                 }
+                run.keep(bytes, field::line(bytes, spans, i), w.out());
             }
         }
+        run.flush(bytes, w.out());
         w.field(b"server", b"sluice");
         if let Some(h) = &hsts {
             w.field(b"strict-transport-security", h.as_bytes());

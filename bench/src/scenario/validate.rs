@@ -2,33 +2,12 @@
 //! our generator, so the two throughput figures can be compared on this machine.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::time::Duration;
 
 use super::{Common, secs};
-use crate::load::wrk::{self, WrkOut};
 use crate::load::{self, Hooks, LoadSpec};
 use crate::peers::{HOST, Peer, PeerKind, Proto};
 use crate::pods::Pods;
 use crate::report::Report;
-
-async fn wrk(addr: SocketAddr, connections: usize, duration: Duration) -> Result<WrkOut, String> {
-    let bin = crate::sys::which("wrk").ok_or("wrk not installed")?;
-    let out = tokio::process::Command::new(bin)
-        .args([
-            "-t1",
-            &format!("-c{connections}"),
-            &format!("-d{}s", duration.as_secs()),
-            "--latency",
-            "-H",
-            &format!("Host: {HOST}"),
-        ])
-        .arg(format!("http://{addr}/"))
-        .output()
-        .await
-        .map_err(|e| format!("wrk: {e}"))?;
-    Ok(wrk::parse(&String::from_utf8_lossy(&out.stdout)))
-}
 
 /// Runs wrk and our generator against direct and (if available) sluice.
 pub async fn run(c: &Common) -> Report {
@@ -68,19 +47,25 @@ pub async fn run(c: &Common) -> Report {
             "validate: wrk -t1 -c{connections} against {} ...",
             kind.name()
         );
-        match wrk(peer.target, connections, duration).await {
-            Ok(w) => row("wrk -t1", w.rps, w.p50_ms, w.p99_ms, w.error_count()),
+        let spec = LoadSpec {
+            addrs: vec![peer.target],
+            host: HOST.into(),
+            ..LoadSpec::closed(connections, duration, c.timeout, true)
+        };
+        match load::wrk::run(&spec, 1, Hooks::default()).await {
+            Ok(l) => row(
+                "wrk -t1",
+                l.achieved_rps,
+                l.latency_ms.p50,
+                l.latency_ms.p99,
+                l.requests_failed,
+            ),
             Err(e) => eprintln!("validate: {e}"),
         }
         eprintln!(
             "validate: sluice-bench closed loop -c{connections} against {} ...",
             kind.name()
         );
-        let spec = LoadSpec {
-            addrs: vec![peer.target],
-            host: HOST.into(),
-            ..LoadSpec::closed(connections, duration, c.timeout, true)
-        };
         match load::run(&spec, Hooks::default()).await {
             Ok(l) => row(
                 "sluice-bench",
