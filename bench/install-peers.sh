@@ -28,6 +28,22 @@ if apt-cache show nginx-light >/dev/null 2>&1; then
   nginx_pkg=nginx-light
 fi
 
+# Debian has two LuaJIT builds that conflict with each other: libluajit-5.1-2 and libluajit2-5.1-2.
+# lua-resty-core (the nginx-lua peer) needs libluajit2-5.1-2; wrk takes either, and when it was
+# installed on its own apt gave it libluajit-5.1-2. Swapping that library out from under an
+# installed wrk makes dpkg print "dependency problems, but removing anyway ... wrk depends on
+# libluajit-5.1-2". So wrk is removed first in that case; the single install below puts it back,
+# on libluajit2-5.1-2. (On a machine with neither, that one install picks libluajit2-5.1-2 for
+# both and nothing is swapped.)
+installed() {
+  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" == installed ]]
+}
+if installed wrk && installed libluajit-5.1-2; then
+  echo "install-peers.sh: wrk uses libluajit-5.1-2, which lua-resty-core's libluajit2-5.1-2 replaces;" \
+    "reinstalling wrk on libluajit2-5.1-2" >&2
+  "${sudo_cmd[@]}" apt-get remove -y wrk
+fi
+
 packages=(
   "$nginx_pkg"
   libnginx-mod-http-lua

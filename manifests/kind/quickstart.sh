@@ -4,22 +4,27 @@
 #   manifests/kind/quickstart.sh         # needs docker (with BuildKit), kind, kubectl, openssl, curl
 #
 # 1. creates the kind cluster from manifests/kind/cluster.yaml (host ports 80/443 -> the node),
-# 2. builds the image from the repo's Dockerfile as ghcr.io/sluice-dev/sluice:0.1.0-dev and loads
-#    it into the node (docker save + kind load image-archive),
-# 3. applies the kind overlay (manifests/kind) with that image,
+# 2. builds the image from the repo's Dockerfile under the name the manifests use,
+#    ghcr.io/sluice-dev/sluice:0.1.0 (it is not published in any registry), and loads it into the
+#    node with kind load docker-image,
+# 3. applies the kind overlay (manifests/kind), whose imagePullPolicy IfNotPresent uses that copy,
 # 4. deploys an echo app (agnhost netexec) behind an Ingress of class sluice for host echo.local,
 #    with a self-signed TLS certificate,
 # 5. waits for the DaemonSet and for the Ingress status address, then curls it over HTTP and HTTPS.
 #
-# Environment: CLUSTER_NAME (default sluice), IMAGE (default ghcr.io/sluice-dev/sluice:0.1.0-dev),
+# Environment: CLUSTER_NAME (default sluice), IMAGE (default: the image manifests/base names,
+# ghcr.io/sluice-dev/sluice:0.1.0; another name is substituted into the manifests),
 # SKIP_BUILD=1 to reuse an image already built. Remove everything with manifests/kind/teardown.sh.
 set -euo pipefail
 
 CLUSTER_NAME="${CLUSTER_NAME:-sluice}"
-IMAGE="${IMAGE:-ghcr.io/sluice-dev/sluice:0.1.0-dev}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KIND_DIR="$REPO_ROOT/manifests/kind"
+# The image the DaemonSet names (ghcr.io/sluice-dev/sluice:0.1.0), read from the manifest so that
+# the image built and loaded here is always the one the manifests ask for.
+MANIFEST_IMAGE="$(awk '$1 == "image:" { print $2; exit }' "$REPO_ROOT/manifests/base/daemonset.yaml")"
+IMAGE="${IMAGE:-$MANIFEST_IMAGE}"
 CONTEXT="kind-$CLUSTER_NAME"
 
 WORK="$(mktemp -d)"
@@ -32,6 +37,7 @@ k() { kubectl --context "$CONTEXT" "$@"; }
 for tool in docker kind kubectl openssl curl; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is required but not on PATH"
 done
+[[ -n "$MANIFEST_IMAGE" ]] || die "no image: line found in manifests/base/daemonset.yaml"
 [[ "$IMAGE" == *:* && "$IMAGE" != *:latest ]] || die "IMAGE must carry an explicit tag other than latest (got $IMAGE)"
 
 # 1. Cluster.
@@ -42,17 +48,24 @@ else
   kind create cluster --name "$CLUSTER_NAME" --config "$KIND_DIR/cluster.yaml" --wait 180s
 fi
 
-# 2. Image. A non-latest tag plus imagePullPolicy IfNotPresent makes the kubelet use the loaded copy.
+# 2. Image. It is not published, so it is built here and loaded into the node; a non-latest tag
+# plus imagePullPolicy IfNotPresent makes the kubelet use the loaded copy instead of pulling.
 if [[ "$SKIP_BUILD" != 1 ]]; then
   log "building $IMAGE"
   DOCKER_BUILDKIT=1 docker build -t "$IMAGE" "$REPO_ROOT"
 fi
 log "loading $IMAGE into the cluster"
-docker save "$IMAGE" -o "$WORK/sluice-image.tar"
-kind load image-archive "$WORK/sluice-image.tar" --name "$CLUSTER_NAME"
+if ! kind load docker-image "$IMAGE" --name "$CLUSTER_NAME"; then
+  # With Docker's containerd image store (the default from Docker 29) this can fail with
+  # "content digest ... not found"; kind's documented workaround is a single-platform archive.
+  log "kind load docker-image failed; retrying with a single-platform image archive"
+  docker image save --platform "linux/$(docker version -f '{{.Server.Arch}}')" \
+    -o "$WORK/sluice-image.tar" "$IMAGE"
+  kind load image-archive "$WORK/sluice-image.tar" --name "$CLUSTER_NAME"
+fi
 
-# 3. sluice: the kind overlay with the image replaced. kustomize refuses absolute resource paths,
-# so a copy of base/ and kind/ gets a small overlay beside it.
+# 3. sluice: the kind overlay, with the image set to $IMAGE (a no-op for the default). kustomize
+# refuses absolute resource paths, so a copy of base/ and kind/ gets a small overlay beside it.
 log "applying manifests/kind with image $IMAGE"
 mkdir -p "$WORK/manifests/dev"
 cp -R "$REPO_ROOT/manifests/base" "$REPO_ROOT/manifests/kind" "$WORK/manifests/"
@@ -62,7 +75,7 @@ kind: Kustomization
 resources:
   - ../kind
 images:
-  - name: ghcr.io/sluice-dev/sluice
+  - name: ${MANIFEST_IMAGE%:*}
     newName: ${IMAGE%:*}
     newTag: ${IMAGE##*:}
 YAML
