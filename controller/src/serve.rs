@@ -59,6 +59,16 @@ impl FileProvider {
         for e in &r.errors {
             tracing::error!(file = %e.path, document = e.doc, field = %e.field, problem = %e.message, "manifest rejected; keeping its last good objects");
         }
+        for w in &r.warnings {
+            tracing::warn!(file = %w.path, document = w.doc, field = %w.field, "{}", w.message);
+        }
+        self.dp.set_source_problems(
+            self.set
+                .problems()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        );
         let snapshot = translate(&self.set.world(), &self.opts);
         let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
         for p in now.difference(&self.reported) {

@@ -92,6 +92,7 @@ pub fn status(dp: &DataPlane) -> Status {
             .into_iter()
             .map(|p| format!("{}: {}", p.secret, p.message)),
     );
+    problems.extend(dp.source_problems());
     let clusters = dp.clusters();
     Status {
         version: env!("CARGO_PKG_VERSION"),

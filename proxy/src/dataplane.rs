@@ -41,6 +41,9 @@ struct Control {
     current: Option<Arc<Snapshot>>,
     tls: TlsState,
     tls_problems: Vec<TlsProblem>,
+    /// Problems of the configuration source itself, which no snapshot can carry: manifest files
+    /// that do not parse, unknown fields (standalone mode).
+    source_problems: Vec<String>,
     /// An endpoints-only update changed a pool after `current` was applied, so an equal
     /// snapshot must not be skipped.
     diverged: bool,
@@ -91,6 +94,7 @@ impl DataPlane {
                 current: None,
                 tls: TlsState::new(default_cert),
                 tls_problems: Vec::new(),
+                source_problems: Vec::new(),
                 diverged: false,
             }),
             pools: PoolRegistry::new(settings.upstream.clone()),
@@ -174,12 +178,10 @@ impl DataPlane {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let table = RouteTable::compile(Arc::clone(&snapshot), &next, &self.metrics, generation);
         self.routes.store(Arc::new(table));
-        self.metrics
-            .config_problems
-            .set((snapshot.problems().len() + tls_problems.len()) as i64);
         control.clusters = next;
         control.current = Some(snapshot);
         control.tls_problems = tls_problems;
+        self.count_problems(&control);
         control.diverged = false;
         drop(control);
         self.applied_once.store(true, Ordering::Release);
@@ -290,6 +292,27 @@ impl DataPlane {
     /// The last applied snapshot.
     pub fn current(&self) -> Option<Arc<Snapshot>> {
         self.control().current.clone()
+    }
+
+    /// Replaces the configuration source's own problems (see [`DataPlane::source_problems`]).
+    pub fn set_source_problems(&self, problems: Vec<String>) {
+        let mut control = self.control();
+        control.source_problems = problems;
+        self.count_problems(&control);
+    }
+
+    /// Problems of the configuration source (files that do not parse, unknown fields), as last
+    /// set by the provider; listed in `/api/v1/status` and counted in `sluice_config_problems`.
+    pub fn source_problems(&self) -> Vec<String> {
+        self.control().source_problems.clone()
+    }
+
+    fn count_problems(&self, control: &Control) {
+        let snapshot = control.current.as_ref().map_or(0, |s| s.problems().len());
+        let total = snapshot + control.tls_problems.len() + control.source_problems.len();
+        self.metrics
+            .config_problems
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     /// Problems from loading certificates in the last apply.

@@ -24,7 +24,9 @@ use sluice_config::host::{HostBuf, normalize_request_host};
 use crate::body::{ReqBody, RespBody};
 use crate::cluster::Cluster;
 use crate::dataplane::DataPlane;
-use crate::forward::{ConnInfo, error_response, finish, handle_in, local};
+use crate::forward::{
+    ConnInfo, error_response, finish, handle_in, local, timed_out, unasked_switch,
+};
 use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::{RawHead, Span, fields, header_map, value_lists};
 use crate::h1::encode::put_field;
@@ -220,16 +222,8 @@ async fn forward(
         answer.await
     };
     let answer = match answer {
-        Err(()) => {
-            return local_answer(local(
-                StatusCode::GATEWAY_TIMEOUT,
-                "504 Gateway Timeout: the upstream did not answer in time\n",
-            ));
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
-            return local_answer(error_response(&e));
-        }
+        Err(()) => return local_answer(timed_out(&cluster.name, dp.settings.request_timeout)),
+        Ok(Err(e)) => return local_answer(error_response(&cluster.name, &e)),
         Ok(Ok(a)) => a,
     };
     let H1Answer {
@@ -243,10 +237,7 @@ async fn forward(
     if head.status == StatusCode::SWITCHING_PROTOCOLS {
         // Nobody asked to switch: passing it on would leave the client speaking a protocol we
         // do not tunnel. The connection is dropped with `upconn`.
-        return local_answer(local(
-            StatusCode::BAD_GATEWAY,
-            "502 Bad Gateway: the upstream switched protocols unasked\n",
-        ));
+        return local_answer(unasked_switch(&cluster.name));
     }
     let f = match framing_of(
         head.status,
@@ -257,8 +248,7 @@ async fn forward(
         Ok(f) => f,
         Err(e) => {
             let e = upstream::broken(&endpoint, e);
-            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
-            return local_answer(error_response(&e));
+            return local_answer(error_response(&cluster.name, &e));
         }
     };
     action.stats.record(

@@ -15,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
+use crate::errlog;
 use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::lists;
 use crate::hop;
@@ -89,26 +90,53 @@ fn redirect(host: &str, uri: &Uri, https_port: u16) -> Response<RespBody> {
     r
 }
 
-/// The local answer for a request that could not be delivered.
-pub(crate) fn error_response(e: &UpstreamError) -> Response<RespBody> {
+/// The local answer for a request that could not be delivered to `pool`. The body is generic
+/// (pool, Service and endpoint names are internal); the reason goes to the log.
+pub(crate) fn error_response(pool: &str, e: &UpstreamError) -> Response<RespBody> {
     match e {
-        UpstreamError::NoEndpoints(p) => local(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("503 Service Unavailable: no endpoints available for {p}\n"),
-        ),
-        UpstreamError::ConnectFailed { pool, .. } => local(
-            StatusCode::BAD_GATEWAY,
-            format!("502 Bad Gateway: could not connect to any endpoint of {pool}\n"),
-        ),
         UpstreamError::BodyTooLarge(limit) => local(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("413 Payload Too Large: the limit is {limit} bytes\n"),
         ),
-        UpstreamError::Broken { .. } => local(
-            StatusCode::BAD_GATEWAY,
-            "502 Bad Gateway: the upstream connection failed\n",
-        ),
+        UpstreamError::NoEndpoints(_) => failed(StatusCode::SERVICE_UNAVAILABLE, pool, e),
+        UpstreamError::ConnectFailed { .. } | UpstreamError::Broken { .. } => {
+            failed(StatusCode::BAD_GATEWAY, pool, e)
+        }
     }
+}
+
+/// A 502/503/504 that sluice generates: logged (rate-limited) with its reason, answered with
+/// the status line as the only body.
+pub(crate) fn failed(
+    status: StatusCode,
+    pool: &str,
+    why: &dyn std::fmt::Display,
+) -> Response<RespBody> {
+    errlog::answered(status.as_u16(), pool, why);
+    let body = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
+        StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
+        _ => "502 Bad Gateway\n",
+    };
+    local(status, body)
+}
+
+/// The upstream did not answer within the request timeout.
+pub(crate) fn timed_out(pool: &str, limit: std::time::Duration) -> Response<RespBody> {
+    failed(
+        StatusCode::GATEWAY_TIMEOUT,
+        pool,
+        &format_args!("no response head from upstream within {limit:?} (--request-timeout)"),
+    )
+}
+
+/// The upstream answered 101 to a request that did not ask to switch protocols.
+pub(crate) fn unasked_switch(pool: &str) -> Response<RespBody> {
+    failed(
+        StatusCode::BAD_GATEWAY,
+        pool,
+        &"upstream switched protocols (101) for a request that did not ask to",
+    )
 }
 
 /// Requests no route may see: `CONNECT` (an ingress is not a forward proxy, and a 2xx to it
@@ -244,7 +272,9 @@ async fn route(
         return redirect(&host, req.uri(), dp.https_port());
     }
     let cluster = match &action.target {
-        Target::Unavailable(body) => return local(StatusCode::SERVICE_UNAVAILABLE, body.clone()),
+        Target::Unavailable(why) => {
+            return failed(StatusCode::SERVICE_UNAVAILABLE, "-", &why);
+        }
         Target::Cluster(c) => c,
     };
     let s = &dp.settings;
@@ -303,16 +333,8 @@ async fn route(
     )
     .await
     {
-        Err(_) => {
-            return local(
-                StatusCode::GATEWAY_TIMEOUT,
-                "504 Gateway Timeout: the upstream did not answer in time\n",
-            );
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(pool = %cluster.name, error = %e, "request failed");
-            return error_response(&e);
-        }
+        Err(_) => return timed_out(&cluster.name, s.request_timeout),
+        Ok(Err(e)) => return error_response(&cluster.name, &e),
         Ok(Ok(d)) => d,
     };
     let upstream::Delivered {
@@ -324,10 +346,7 @@ async fn route(
         let (Some(client), Some(up)) = (client_upgrade, upgrade) else {
             // A switch nobody asked for: passing it on would leave the client speaking a
             // protocol we do not tunnel.
-            return local(
-                StatusCode::BAD_GATEWAY,
-                "502 Bad Gateway: the upstream switched protocols unasked\n",
-            );
+            return unasked_switch(&cluster.name);
         };
         tokio::spawn(tunnel(client, up));
         rparts.headers.insert(header::SERVER, SERVER.clone());

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod dataplane;
 mod direct;
 pub mod endpoint;
+pub mod errlog;
 pub mod fastpath;
 pub mod forward;
 pub mod forwarded;

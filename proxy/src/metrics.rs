@@ -14,6 +14,11 @@ use prometheus_client::registry::Registry;
 
 /// A histogram of durations whose `observe` is lock-free (prometheus-client's own histogram
 /// takes a mutex). Sum is kept in nanoseconds.
+///
+/// Buckets are stored per bucket, not cumulated: prometheus-client's text encoder adds them up
+/// itself. The last slot counts observations above every bound (the `+Inf` bucket), and the
+/// total count is the sum of the slots, so `_count` always equals the `+Inf` bucket even while
+/// observations race a scrape.
 #[derive(Debug, Clone)]
 pub struct AtomicHistogram {
     inner: Arc<HistInner>,
@@ -22,8 +27,8 @@ pub struct AtomicHistogram {
 #[derive(Debug)]
 struct HistInner {
     bounds: Vec<f64>,
+    /// One slot per bound, plus one for observations above the last bound.
     counts: Vec<AtomicU64>,
-    count: AtomicU64,
     sum_nanos: AtomicU64,
 }
 
@@ -43,8 +48,7 @@ impl AtomicHistogram {
         Self {
             inner: Arc::new(HistInner {
                 bounds: bounds.to_vec(),
-                counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-                count: AtomicU64::new(0),
+                counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
                 sum_nanos: AtomicU64::new(0),
             }),
         }
@@ -54,10 +58,14 @@ impl AtomicHistogram {
     pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let i = &self.inner;
-        if let Some(b) = i.bounds.iter().position(|&b| secs <= b) {
-            i.counts[b].fetch_add(1, Ordering::Relaxed);
+        let slot = i
+            .bounds
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(i.bounds.len());
+        if let Some(c) = i.counts.get(slot) {
+            c.fetch_add(1, Ordering::Relaxed);
         }
-        i.count.fetch_add(1, Ordering::Relaxed);
         i.sum_nanos.fetch_add(
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
@@ -66,7 +74,11 @@ impl AtomicHistogram {
 
     /// Number of observations.
     pub fn count(&self) -> u64 {
-        self.inner.count.load(Ordering::Relaxed)
+        self.inner
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -77,18 +89,16 @@ impl TypedMetric for AtomicHistogram {
 impl EncodeMetric for AtomicHistogram {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let i = &self.inner;
-        let mut cumulative = 0u64;
-        let mut buckets: Vec<(f64, u64)> = i
+        // Per-bucket counts: the encoder cumulates them. `INFINITY` is what it renders `+Inf`.
+        let buckets: Vec<(f64, u64)> = i
             .bounds
             .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
             .zip(&i.counts)
-            .map(|(b, c)| {
-                cumulative += c.load(Ordering::Relaxed);
-                (*b, cumulative)
-            })
+            .map(|(b, c)| (b, c.load(Ordering::Relaxed)))
             .collect();
-        let count = i.count.load(Ordering::Relaxed);
-        buckets.push((f64::MAX, count));
+        let count = buckets.iter().map(|(_, c)| c).sum();
         let sum = i.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         encoder
             .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::HeaderValue;
 use sluice_config::{ClusterKey, Route, RouteAction, RouteRef, Snapshot};
 
@@ -17,8 +16,9 @@ use crate::metrics::{Metrics, RouteStats};
 pub enum Target {
     /// Forward to this pool.
     Cluster(Arc<Cluster>),
-    /// Answer 503 with this body.
-    Unavailable(Bytes),
+    /// Answer 503. The reason names internal objects, so it goes to the log, never to the
+    /// client (who gets a generic body).
+    Unavailable(Arc<str>),
 }
 
 /// A compiled route.
@@ -54,14 +54,12 @@ fn compile_route(
         RouteAction::Cluster(k) => match clusters.get(k) {
             Some(c) => (Target::Cluster(Arc::clone(c)), c.name.clone()),
             None => (
-                Target::Unavailable(Bytes::from(format!(
-                    "503 Service Unavailable: no pool for {k}\n"
-                ))),
+                Target::Unavailable(Arc::from(format!("Ingress {ingress}: no pool for {k}"))),
                 k.to_string(),
             ),
         },
         RouteAction::Unavailable(m) => (
-            Target::Unavailable(Bytes::from(format!("503 Service Unavailable: {m}\n"))),
+            Target::Unavailable(Arc::from(format!("Ingress {ingress}: {m}"))),
             String::new(),
         ),
     };

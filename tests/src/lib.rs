@@ -204,7 +204,10 @@ where
 pub fn snapshot(yamls: &[String]) -> sluice_config::Snapshot {
     let mut w = sluice_config::World::new();
     for (i, y) in yamls.iter().enumerate() {
-        for o in sluice::manifests::parse(Path::new(&format!("doc{i}.yaml")), y).unwrap() {
+        for o in sluice::manifests::parse(Path::new(&format!("doc{i}.yaml")), y)
+            .unwrap()
+            .objects
+        {
             use sluice::manifests::Object;
             match o {
                 Object::Ingress(x) => w.put_ingress(x),

@@ -1,7 +1,13 @@
 //! `sluice serve` end to end: conformance through real sockets, bad input, hot changes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use sluice_tests::*;
 
@@ -78,7 +84,10 @@ async fn routes_and_forwards_like_an_ingress_controller() {
     assert_eq!(r.headers.get("server").unwrap(), "sluice");
     let r = get(&c, http, "ghost.test", "/").await.unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.text().contains("no-such-service"), "{}", r.text());
+    // Internal names (Service, namespace, Ingress) never reach the client: the reason is in
+    // the log and in /api/v1/status.
+    assert_eq!(r.text(), "503 Service Unavailable\n");
+    assert_eq!(r.headers.get("server").unwrap(), "sluice");
 
     // What the backend saw: Host, path, method, User-Agent preserved; proxy headers added;
     // HTTP/1.1 to the backend.
@@ -166,6 +175,58 @@ async fn bad_input_is_reported_and_the_rest_keeps_serving() {
         200,
         "last good objects of the broken file stay"
     );
+    // The broken file is named under `problems` and counted in the metric, and stays named
+    // while other files change.
+    let problems = status_problems(&c, s.running.admin_addr).await;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("ing.yaml: document 1: -: YAML:")),
+        "{problems:?}"
+    );
+    assert_eq!(
+        problems_metric(&c, s.running.admin_addr).await,
+        problems.len()
+    );
+
+    // Unknown fields are ignored, as the API server's default field validation does, but
+    // reported per file, document and field.
+    m.write(
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: svc-a, namespace: default}\nspec_: {x: 1}\nspec:\n  bogusField: 1\n  portz: 81\n  ports: [{name: http, port: 80}]\n",
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            status_problems(&c, s.running.admin_addr).await.len() == 4
+        })
+        .await,
+        "{:?}",
+        status_problems(&c, s.running.admin_addr).await
+    );
+    let problems = status_problems(&c, s.running.admin_addr).await;
+    for field in ["spec.bogusField", "spec.portz", "spec_"] {
+        assert!(
+            problems.iter().any(|p| p.contains(&format!(
+                "svc.yaml: document 1: {field}: Service default/svc-a: unknown field"
+            ))),
+            "{field}: {problems:?}"
+        );
+    }
+    assert_eq!(problems_metric(&c, s.running.admin_addr).await, 4);
+    assert_eq!(get(&c, http, "app.test", "/").await.unwrap().status, 200);
+    // Fixing both files clears their problems.
+    m.write("svc.yaml", &service("svc-a"));
+    m.write(
+        "ing.yaml",
+        &ingress("one", "app.test", &[("/", "Prefix", "svc-a")]),
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            status_problems(&c, s.running.admin_addr).await.is_empty()
+        })
+        .await
+    );
+    assert_eq!(problems_metric(&c, s.running.admin_addr).await, 0);
 
     // An oversized request head gets 431 and the server keeps serving.
     let big = "x".repeat(16 * 1024);
@@ -210,4 +271,27 @@ async fn readme_examples_load_cleanly() {
         .unwrap();
     assert_eq!(r.status, 404);
     s.shutdown(Duration::from_secs(5)).await;
+}
+
+async fn status_problems(
+    c: &Client<HttpConnector, Empty<Bytes>>,
+    admin: SocketAddr,
+) -> Vec<String> {
+    let r = get(c, admin, "localhost", "/api/v1/status").await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn problems_metric(c: &Client<HttpConnector, Empty<Bytes>>, admin: SocketAddr) -> usize {
+    let r = get(c, admin, "localhost", "/metrics").await.unwrap();
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_config_problems "))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
 }
