@@ -155,7 +155,8 @@ impl Running {
         if http_addr.is_none() && https_addr.is_none() {
             bail!("both --http-listen and --https-listen are off: nothing to serve");
         }
-        tracing::info!(http = ?http_addr, https = ?https_addr, admin = %admin_addr, "listening");
+        let shown = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
+        tracing::info!(http = %shown(http_addr), https = %shown(https_addr), admin = %admin_addr, "listening");
         Ok(Self {
             dp,
             http_addr,

@@ -1,4 +1,8 @@
-//! Logging via tracing: text or JSON lines, filter from `--log-level` (or `RUST_LOG`).
+//! Logging via tracing: text or JSON lines, filter from `--log-level` (or `RUST_LOG`). Text is
+//! coloured only when stderr is a terminal: a log written to a file, a pipe or a container
+//! runtime's log must not carry ANSI escape codes.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -12,6 +16,7 @@ pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
     };
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let r = match format {
         LogFormat::Text => b.try_init(),
