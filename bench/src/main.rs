@@ -122,6 +122,9 @@ struct ScenarioArgs {
     /// Output directory (default bench-out/<scenario>-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Terminal table with every column (wider than 100 columns); report.md always has them.
+    #[arg(long)]
+    wide: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -571,7 +574,7 @@ async fn run_scenario(
     rep.started_utc = started;
     report::write_all(&out, &rep).with_context(|| format!("writing {}", out.display()))?;
     println!("\n{}\n", rep.what_it_shows);
-    print!("{}", report::terminal_table(&rep));
+    print!("{}", report::terminal_table(&rep, a.wide));
     print!("{}", report::rounds::text(&rep.rounds));
     for p in rep.peers.iter().filter(|p| p.rate_note.is_some()) {
         println!(
@@ -581,10 +584,9 @@ async fn run_scenario(
             p.rate_note.as_deref().unwrap_or_default()
         );
     }
-    if !rep.peers.is_empty() {
-        println!(
-            "\nFAILED = requests without a 2xx (per-request truth); connect/read/write/timeout/non-2xx = wrk2's classes (wrk2 also counts idle keep-alive connections closed by the server as read errors)."
-        );
+    let footer = report::terminal_footer(&rep, a.wide);
+    if !footer.is_empty() {
+        print!("\n{footer}");
     }
     println!(
         "report: {}/report.md  (json: report.json, plots: latency.svg, timeline.svg)",

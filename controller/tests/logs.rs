@@ -54,8 +54,14 @@ fn log_to_a_pipe_has_no_colour_codes_and_plain_values() {
         .iter()
         .find(|l| l.contains("listening"))
         .unwrap_or_else(|| panic!("no 'listening' line in:\n{log}"));
-    assert!(!log.contains('\u{1b}'), "ANSI escape codes in a piped log:\n{log}");
-    assert!(!log.contains("Some("), "Option debug output in the log:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in a piped log:\n{log}"
+    );
+    assert!(
+        !log.contains("Some("),
+        "Option debug output in the log:\n{log}"
+    );
     assert!(listening.contains("http=127.0.0.1:"), "{listening}");
     assert!(log.contains("manifest rejected"), "{log}");
 }

@@ -178,7 +178,7 @@ impl From<&Counts> for Truth {
 }
 
 /// One second of the run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SecondStats {
     /// Seconds from the start.
     pub t: u32,

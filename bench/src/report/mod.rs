@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::load::{LoadReport, Percentiles, SecondStats, Seen, Truth, WrkErrors};
-pub use table::{markdown_table, terminal_table};
+pub use table::{markdown_table, terminal_footer, terminal_table};
 
 /// A configuration change during a run.
 #[derive(Debug, Clone, Serialize)]
@@ -179,7 +179,7 @@ impl ScaleRow {
 }
 
 /// A whole run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
@@ -298,6 +298,9 @@ fn markdown(r: &Report) -> String {
                 "- **{}** ({} changes): {prop}\n",
                 p.name, p.changes
             ));
+            if p.events.iter().any(|e| e.applied_s.is_some()) {
+                s.push_str("  - \"applied at\": when the peer itself reported the change in effect (sluice's admin API listing the new endpoints; HAProxy's runtime API and Caddy's admin API answering). Reload-based peers cannot tell when their new workers took over, so they show none; the first-response figure above measures every peer the same way.\n");
+            }
             for e in &p.events {
                 let ap = e
                     .applied_s

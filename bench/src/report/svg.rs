@@ -133,9 +133,65 @@ pub fn latency(r: &Report, ran: &[&PeerResult]) -> String {
     s
 }
 
+/// The left axis of a timeline panel: request counts per second (bars), ticks at 0, half and
+/// the panel's own maximum, and the axis title.
+fn left_axis(s: &mut String, (l, y0, ph): (f64, f64, f64), maxbar: f64) {
+    let mut ticks = vec![0.0, maxbar];
+    if maxbar >= 2.0 {
+        ticks.push((maxbar / 2.0).round());
+    }
+    for v in ticks {
+        let y = y0 + ph - v / maxbar * ph;
+        let _ = write!(
+            s,
+            r##"<line x1="{}" y1="{y:.1}" x2="{l}" y2="{y:.1}" stroke="#333"/><text x="{}" y="{:.1}" text-anchor="end">{v}</text>"##,
+            l - 4.0,
+            l - 6.0,
+            y + 4.0
+        );
+    }
+    let cy = y0 + ph / 2.0;
+    let _ = write!(
+        s,
+        r##"<text x="{}" y="{cy}" transform="rotate(-90 {} {cy})" text-anchor="middle" font-size="11">requests / s</text>"##,
+        l - 48.0,
+        l - 48.0
+    );
+}
+
+/// The right axis of a timeline panel: p99 on a log scale, one labelled tick per decade.
+fn right_axis(
+    s: &mut String,
+    (x, y0, ph): (f64, f64, f64),
+    (ylo, yhi): (f64, f64),
+    py: &dyn Fn(f64) -> f64,
+) {
+    let mut d = ylo;
+    while d <= yhi + 1e-9 {
+        let ms = 10f64.powf(d);
+        let y = py(ms);
+        let _ = write!(
+            s,
+            r##"<line x1="{x}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#1f77b4"/><text x="{}" y="{:.1}" fill="#1f77b4" font-size="10">{}</text>"##,
+            x + 4.0,
+            x + 6.0,
+            y + 3.5,
+            fmt_ms((ms * 10.0).round() / 10.0)
+        );
+        d += 1.0;
+    }
+    let cy = y0 + ph / 2.0;
+    let _ = write!(
+        s,
+        r##"<text x="{}" y="{cy}" transform="rotate(90 {} {cy})" text-anchor="middle" font-size="11" fill="#1f77b4">p99 latency (log)</text>"##,
+        x + 60.0,
+        x + 60.0
+    );
+}
+
 /// Errors and p99 per second, one panel per run, change events as vertical lines.
 pub fn timeline(r: &Report, ran: &[&PeerResult]) -> String {
-    let (w, ph, gap, l, rt, top) = (960.0, 120.0, 42.0, 70.0, 70.0, 50.0);
+    let (w, ph, gap, l, rt, top) = (960.0, 120.0, 42.0, 80.0, 90.0, 50.0);
     let pw = w - l - rt;
     let h = top + ran.len() as f64 * (ph + gap) + 20.0;
     let secs = ran
@@ -169,19 +225,15 @@ pub fn timeline(r: &Report, ran: &[&PeerResult]) -> String {
         let bw = pw / secs;
         let _ = write!(
             s,
-            r##"<text x="{l}" y="{}" font-weight="bold">{} — {} failed, {} idle closes, p99 {:.2} ms, max {:.1} ms</text><rect x="{l}" y="{y0}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#333"/><text x="{}" y="{}" text-anchor="end">{}</text><text x="{}" y="{}" text-anchor="end">0</text>"##,
+            r##"<text x="{l}" y="{}" font-weight="bold">{} — {} failed, {} idle closes, p99 {:.2} ms, max {:.1} ms</text><rect x="{l}" y="{y0}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#333"/>"##,
             y0 - 5.0,
             esc(&label(p)),
             p.requests_failed,
             p.idle_closed_by_server,
             p.latency_ms.p99,
             p.latency_ms.max,
-            l - 5.0,
-            y0 + 10.0,
-            maxbar,
-            l - 5.0,
-            y0 + ph
         );
+        left_axis(&mut s, (l, y0, ph), maxbar);
         for sec in &p.timeline {
             let x = l + f64::from(sec.t) * bw;
             let fh = sec.failed as f64 / maxbar * ph;
@@ -221,15 +273,7 @@ pub fn timeline(r: &Report, ran: &[&PeerResult]) -> String {
             r##"<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{}"/>"##,
             pts.join(" ")
         );
-        let _ = write!(
-            s,
-            r##"<text x="{}" y="{}" fill="#1f77b4">{}</text><text x="{}" y="{}" fill="#1f77b4">0.1ms</text>"##,
-            l + pw + 4.0,
-            y0 + 10.0,
-            fmt_ms(10f64.powf(yhi)),
-            l + pw + 4.0,
-            y0 + ph
-        );
+        right_axis(&mut s, (l + pw, y0, ph), (ylo, yhi), &py);
         for e in &p.events {
             let x = l + e.t_s / secs * pw;
             let (c, dash) = if e.endpoint_change {
@@ -269,4 +313,49 @@ pub fn timeline(r: &Report, ran: &[&PeerResult]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::SecondStats;
+
+    #[test]
+    fn every_timeline_axis_has_values_and_units() {
+        let seconds = (0..10)
+            .map(|t| SecondStats {
+                t,
+                requests: 3000,
+                failed: u64::from(t % 3),
+                idle_closed: 10,
+                p99_ms: 0.5 + f64::from(t) * 30.0,
+                ..SecondStats::default()
+            })
+            .collect();
+        let p = PeerResult {
+            name: "sluice".into(),
+            variant: "https".into(),
+            timeline: seconds,
+            ..PeerResult::default()
+        };
+        let r = Report {
+            scenario: "churn".into(),
+            ..Report::default()
+        };
+        let svg = timeline(&r, &[&p]);
+        for want in [
+            "requests / s",
+            "p99 latency (log)",
+            ">0.1ms<",
+            ">1ms<",
+            ">10ms<",
+            ">100ms<",
+            ">1s<",
+            ">12<",
+            ">6<",
+            "seconds from the start of the load",
+        ] {
+            assert!(svg.contains(want), "{want} missing");
+        }
+    }
 }

@@ -1,5 +1,7 @@
 //! The results table, for the terminal (aligned columns) and for markdown. Churn-like scenarios
-//! lead with the error classes; capacity scenarios with rates and CPU.
+//! lead with the error classes; capacity scenarios with rates and CPU. The terminal table is
+//! compact by default (it fits 100 columns; wrk2's four socket-error classes share one cell) and
+//! complete with `--wide`; markdown always has every column.
 
 use super::{PeerResult, Report};
 
@@ -20,8 +22,8 @@ fn f(v: f64) -> String {
     }
 }
 
-/// Header and rows of the main table.
-fn rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+/// Header and rows of the main table; `wide` keeps every column.
+fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
     if !r.scale.is_empty() {
         let head = vec![
             "peer",
@@ -92,6 +94,48 @@ fn rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
             .as_ref()
             .map(|w| vec![p.name.clone(), p.variant.clone(), format!("skipped: {w}")])
     };
+    if churn && !wide {
+        let head = vec![
+            "peer",
+            "variant",
+            "req/s",
+            "changes",
+            "FAILED",
+            "wrk2 c/r/w/t",
+            "p50",
+            "p99",
+            "p99.9",
+            "max",
+            "cpu s",
+        ];
+        let rows = r
+            .peers
+            .iter()
+            .map(|p| {
+                skip(p).unwrap_or_else(|| {
+                    let e = &p.errors;
+                    vec![
+                        p.name.clone(),
+                        p.variant.clone(),
+                        format!(
+                            "{:.0}{}",
+                            p.achieved_rps,
+                            if p.rate_kept { "" } else { " !" }
+                        ),
+                        p.changes.to_string(),
+                        p.requests_failed.to_string(),
+                        format!("{}/{}/{}/{}", e.connect, e.read, e.write, e.timeout),
+                        f(p.latency_ms.p50),
+                        f(p.latency_ms.p99),
+                        f(p.latency_ms.p99_9),
+                        f(p.latency_ms.max),
+                        f(p.cpu_seconds),
+                    ]
+                })
+            })
+            .collect();
+        return (head, rows);
+    }
     if churn {
         let head = vec![
             "peer",
@@ -193,9 +237,9 @@ fn rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-/// Aligned columns for the terminal.
-pub fn terminal_table(r: &Report) -> String {
-    let (head, rows) = rows(r);
+/// Aligned columns for the terminal: compact unless `wide`.
+pub fn terminal_table(r: &Report, wide: bool) -> String {
+    let (head, rows) = rows(r, wide);
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         // Skipped rows span the table; they do not widen the columns.
@@ -233,7 +277,7 @@ pub fn terminal_table(r: &Report) -> String {
 
 /// A markdown table.
 pub fn markdown_table(r: &Report) -> String {
-    let (head, rows) = rows(r);
+    let (head, rows) = rows(r, true);
     let mut s = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
     for row in rows {
         let mut cells = row;
@@ -241,4 +285,132 @@ pub fn markdown_table(r: &Report) -> String {
         s.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     s
+}
+
+/// What the terminal table's columns and flags mean, in lines under 100 columns: the reader
+/// should not need `report.md` to know whether to trust a row.
+pub fn terminal_footer(r: &Report, wide: bool) -> String {
+    let ran: Vec<&PeerResult> = r.peers.iter().filter(|p| p.skipped.is_none()).collect();
+    if ran.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    if r.scenario == "churn" || r.scenario == "static" {
+        if let Some(rate) = ran.iter().find_map(|p| p.requested_rps) {
+            s.push_str(&format!(
+                "req/s: achieved rate; {rate:.0}/s was requested of every peer (open loop).\n"
+            ));
+        }
+        s.push_str(
+            "FAILED: requests that got no 2xx answer, counted per request: the number that matters.\n",
+        );
+        if !wide {
+            s.push_str(
+                "p50, p99, p99.9, max: latency in ms, from each request's scheduled send time.\n",
+            );
+        }
+        s.push_str(if wide {
+            "connect/read/write/timeout, non-2xx: wrk2's error classes, as published runs give them.\n"
+        } else {
+            "wrk2 c/r/w/t: wrk2's connect/read/write/timeout errors, as published runs give them.\n"
+        });
+        s.push_str(
+            "  wrk2 counts every connection the server closes as a read error, even an idle one\n  \
+             between requests, so read can be far above FAILED (a reload closes every connection).\n",
+        );
+    } else {
+        s.push_str("failed: requests that got no 2xx answer.\n");
+    }
+    if ran.iter().any(|p| !p.rate_kept) {
+        s.push_str(
+            "!: the load generator fell behind its timetable (short of CPU). Latency still counts\n  \
+             from each scheduled send, so that row's percentiles include the generator's own delay\n  \
+             (they overstate the peer's) and the peer got less load than asked: compare with care.\n",
+        );
+    }
+    if !wide && (r.scenario == "churn" || r.scenario == "static") {
+        s.push_str("--wide: every column (requests, non-2xx, idle closes, p99.99, RSS).\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::PeerKind;
+
+    /// A churn report as the quick run makes it, with the widest realistic cells.
+    fn churn_report() -> Report {
+        let mut peers: Vec<PeerResult> = PeerKind::ALL
+            .iter()
+            .map(|k| {
+                let mut p = PeerResult {
+                    name: k.name().into(),
+                    variant: "https".into(),
+                    requested_rps: Some(3000.0),
+                    achieved_rps: 2999.4,
+                    rate_kept: true,
+                    requests: 21_000,
+                    changes: 4,
+                    requests_failed: 38_123,
+                    cpu_seconds: 12.5,
+                    ..PeerResult::default()
+                };
+                p.errors.connect = 1234;
+                p.errors.read = 79_700;
+                p.errors.timeout = 309;
+                p.latency_ms.p50 = 1.25;
+                p.latency_ms.p99 = 1234.5;
+                p.latency_ms.p99_9 = 32_000.0;
+                p.latency_ms.max = 32_000.0;
+                p
+            })
+            .collect();
+        peers[1].rate_kept = false;
+        peers.push(PeerResult::skipped(
+            "nginx-lua",
+            "https",
+            "needs libnginx-mod-http-lua".into(),
+        ));
+        Report {
+            scenario: "churn".into(),
+            peers,
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn the_default_terminal_table_and_footer_fit_100_columns() {
+        let r = churn_report();
+        let text = terminal_table(&r, false) + &terminal_footer(&r, false);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{} columns: {line}",
+                line.len()
+            );
+        }
+        assert!(text.contains("FAILED:"), "{text}");
+        assert!(text.contains("!: the load generator fell behind"), "{text}");
+        assert!(text.contains("2999 !"), "{text}");
+        assert!(text.contains("1234/79700/0/309"), "{text}");
+        // Wide mode keeps every column.
+        let wide = terminal_table(&r, true);
+        assert!(
+            wide.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("idle-closed")
+        );
+        assert!(!terminal_footer(&r, true).contains("--wide"));
+    }
+
+    #[test]
+    fn no_flag_explanation_when_every_rate_was_kept() {
+        let mut r = churn_report();
+        for p in &mut r.peers {
+            p.rate_kept = true;
+        }
+        assert!(!terminal_footer(&r, false).contains("!:"));
+    }
 }

@@ -150,11 +150,14 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         started: Some(tx),
         live: Arc::clone(&live),
     };
-    let (pb, pb_task) = progress(
-        &format!("{name} {}", setup.variant),
-        spec.duration.as_secs(),
-        live,
-    );
+    // The variant as the table will show it (direct has no TLS, so it runs http whatever the
+    // scenario's protocol), so the progress line and the table agree.
+    let variant = if peer.proto == env.proto {
+        setup.variant.clone()
+    } else {
+        format!("{:?}", peer.proto).to_lowercase()
+    };
+    let (pb, pb_task) = progress(&format!("{name} {variant}"), spec.duration.as_secs(), live);
     let pid = peer.pid();
     let mut term = Terminating::default();
     let churn = if kind == PeerKind::Direct {
@@ -219,11 +222,6 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     if proto != env.proto {
         notes.push(format!("client protocol {proto:?} (direct has no TLS)"));
     }
-    let variant = if proto == env.proto {
-        setup.variant.clone()
-    } else {
-        format!("{proto:?}").to_lowercase()
-    };
     let mut r = PeerResult {
         name: name.into(),
         variant,
