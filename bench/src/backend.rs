@@ -29,6 +29,8 @@ pub struct BackendConfig {
     pub body_size: usize,
     /// Serve HTTP/2 prior knowledge too (h2c).
     pub http2: bool,
+    /// Added to every answer (a slow pod); `?delay_ms=N` adds more per request.
+    pub delay: Duration,
 }
 
 /// A running backend.
@@ -83,8 +85,10 @@ async fn answer(
         return upgrade_echo(&cfg, req);
     }
     let q = req.uri().query();
-    if let Some(ms) = query_param(q, "delay_ms").and_then(|v| v.parse::<u64>().ok()) {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+    let extra = query_param(q, "delay_ms").and_then(|v| v.parse::<u64>().ok());
+    let delay = cfg.delay + Duration::from_millis(extra.unwrap_or(0));
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
     let status = query_param(q, "status")
         .and_then(|v| v.parse::<u16>().ok())

@@ -373,6 +373,7 @@ async fn backends_cmd(a: BackendsArgs) -> Result<()> {
                 name: name.clone(),
                 body_size: a.body_size,
                 http2: true,
+                delay: std::time::Duration::ZERO,
             },
         )
         .await

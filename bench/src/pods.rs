@@ -184,6 +184,7 @@ impl Pods {
                     name: name.clone(),
                     body_size: self.body_size,
                     http2: false,
+                    delay: std::time::Duration::ZERO,
                 },
             )
             .await?;

@@ -19,6 +19,7 @@ async fn backend() -> Backend {
             name: "b1".into(),
             body_size: 1024,
             http2: false,
+            delay: std::time::Duration::ZERO,
         },
     )
     .await

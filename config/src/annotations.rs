@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Hsts, UpstreamProtocol};
+use crate::model::{BalancePolicy, HashKey, Hsts, NextUpstream, UpstreamProtocol};
 
 /// The legacy class annotation.
 pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";
@@ -22,6 +22,26 @@ pub const BACKEND_PROTOCOL: [&str; 2] = [
 ];
 /// `max-age=N[; includeSubDomains]`, or `"true"` for one year.
 pub const HSTS: &str = "sluice.dev/hsts";
+/// `least_request` (sluice's default), `round_robin` or `ewma`: the pool's balancing policy.
+pub const LOAD_BALANCE: [&str; 2] = [
+    "sluice.dev/load-balance",
+    "nginx.ingress.kubernetes.io/load-balance",
+];
+/// An nginx variable whose value is hashed to pick the endpoint (consistent hashing).
+pub const UPSTREAM_HASH_BY: [&str; 2] = [
+    "sluice.dev/upstream-hash-by",
+    "nginx.ingress.kubernetes.io/upstream-hash-by",
+];
+/// When to try another endpoint: `error`, `timeout`, `non_idempotent`, `off` (space-separated).
+pub const PROXY_NEXT_UPSTREAM: [&str; 2] = [
+    "sluice.dev/proxy-next-upstream",
+    "nginx.ingress.kubernetes.io/proxy-next-upstream",
+];
+/// How many endpoints a request may try (`0` = the global `--upstream-tries`).
+pub const PROXY_NEXT_UPSTREAM_TRIES: [&str; 2] = [
+    "sluice.dev/proxy-next-upstream-tries",
+    "nginx.ingress.kubernetes.io/proxy-next-upstream-tries",
+];
 
 /// An annotation value that could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +91,70 @@ pub fn backend_protocol(
             }),
         },
     }
+}
+
+/// Reads the balancing annotations; `None` when neither is present. `upstream-hash-by` wins
+/// over `load-balance`, as in ingress-nginx.
+pub fn balance(a: &BTreeMap<String, String>) -> Result<Option<BalancePolicy>, AnnotationError> {
+    if let Some((name, v)) = first(a, &UPSTREAM_HASH_BY) {
+        return HashKey::parse(v)
+            .map(|k| Some(BalancePolicy::Hash(k)))
+            .map_err(|message| AnnotationError { name, message });
+    }
+    match first(a, &LOAD_BALANCE) {
+        None => Ok(None),
+        Some((name, v)) => BalancePolicy::from_name(v)
+            .map(Some)
+            .ok_or_else(|| AnnotationError {
+                name,
+                message: format!("{v:?} is not one of least_request, round_robin, ewma"),
+            }),
+    }
+}
+
+/// Reads the retry annotations. Unknown conditions are an error; conditions sluice cannot act
+/// on are listed in the second value (the caller warns about them).
+pub fn next_upstream(
+    a: &BTreeMap<String, String>,
+) -> Result<(NextUpstream, Vec<String>), AnnotationError> {
+    let mut out = NextUpstream::default();
+    let mut unsupported = Vec::new();
+    if let Some((name, v)) = first(a, &PROXY_NEXT_UPSTREAM) {
+        out.on_error = false;
+        for token in v.split_whitespace() {
+            match token {
+                "error" => out.on_error = true,
+                // A timed-out attempt is not retried (the request deadline covers every
+                // attempt); accepted so that ingress-nginx's default parses.
+                "timeout" => unsupported.push(token.to_string()),
+                "non_idempotent" => out.non_idempotent = true,
+                "off" => {}
+                "invalid_header" | "http_500" | "http_502" | "http_503" | "http_504"
+                | "http_403" | "http_404" | "http_429" => unsupported.push(token.to_string()),
+                _ => {
+                    return Err(AnnotationError {
+                        name,
+                        message: format!("unknown condition {token:?}"),
+                    });
+                }
+            }
+        }
+        if v.split_whitespace().any(|t| t == "off") {
+            out = NextUpstream {
+                on_error: false,
+                non_idempotent: false,
+                tries: None,
+            };
+        }
+    }
+    if let Some((name, v)) = first(a, &PROXY_NEXT_UPSTREAM_TRIES) {
+        let n: u32 = v.parse().map_err(|_| AnnotationError {
+            name,
+            message: format!("{v:?} is not a whole number"),
+        })?;
+        out.tries = (n > 0).then_some(n.min(8));
+    }
+    Ok((out, unsupported))
 }
 
 /// Reads the HSTS annotation; `None` when absent or `"false"`.
@@ -152,5 +236,68 @@ mod tests {
         );
         assert!(hsts(&ann(HSTS, "includeSubDomains")).is_err());
         assert_eq!(hsts(&BTreeMap::new()), Ok(None));
+    }
+
+    #[test]
+    fn balance_and_hash_keys() {
+        let lb = "nginx.ingress.kubernetes.io/load-balance";
+        assert_eq!(
+            balance(&ann(lb, "round_robin")),
+            Ok(Some(BalancePolicy::RoundRobin))
+        );
+        assert_eq!(balance(&ann(lb, "ewma")), Ok(Some(BalancePolicy::PeakEwma)));
+        assert_eq!(
+            balance(&ann("sluice.dev/load-balance", "least-request")),
+            Ok(Some(BalancePolicy::LeastRequest))
+        );
+        assert!(balance(&ann(lb, "random")).is_err());
+        let hb = "nginx.ingress.kubernetes.io/upstream-hash-by";
+        for (v, want) in [
+            ("$binary_remote_addr", HashKey::ClientIp),
+            ("$remote_addr", HashKey::ClientIp),
+            ("$request_uri", HashKey::RequestUri),
+            ("$http_x_user_id", HashKey::Header("x-user-id".into())),
+            ("$cookie_session", HashKey::Cookie("session".into())),
+        ] {
+            assert_eq!(
+                balance(&ann(hb, v)),
+                Ok(Some(BalancePolicy::Hash(want))),
+                "{v}"
+            );
+        }
+        for bad in ["$host$request_uri", "user", "$http_", "$arg_x"] {
+            assert!(balance(&ann(hb, bad)).is_err(), "{bad}");
+        }
+        // Hash-by wins over load-balance, as in ingress-nginx.
+        let both = BTreeMap::from([
+            (hb.to_string(), "$request_uri".to_string()),
+            (lb.to_string(), "round_robin".to_string()),
+        ]);
+        assert_eq!(
+            balance(&both),
+            Ok(Some(BalancePolicy::Hash(HashKey::RequestUri)))
+        );
+    }
+
+    #[test]
+    fn retry_conditions() {
+        let nu = "nginx.ingress.kubernetes.io/proxy-next-upstream";
+        let (d, _) = next_upstream(&BTreeMap::new()).unwrap();
+        assert_eq!(d, NextUpstream::default());
+        let (v, unsupported) = next_upstream(&ann(nu, "error timeout")).unwrap();
+        assert!(v.on_error && !v.non_idempotent);
+        assert_eq!(unsupported, ["timeout"]);
+        let (v, _) = next_upstream(&ann(nu, "error non_idempotent")).unwrap();
+        assert!(v.on_error && v.non_idempotent);
+        let (v, _) = next_upstream(&ann(nu, "off")).unwrap();
+        assert!(!v.on_error && !v.non_idempotent);
+        let (v, unsupported) = next_upstream(&ann(nu, "http_502")).unwrap();
+        assert!(!v.on_error);
+        assert_eq!(unsupported, ["http_502"]);
+        assert!(next_upstream(&ann(nu, "error sometimes")).is_err());
+        let tries = "sluice.dev/proxy-next-upstream-tries";
+        assert_eq!(next_upstream(&ann(tries, "2")).unwrap().0.tries, Some(2));
+        assert_eq!(next_upstream(&ann(tries, "0")).unwrap().0.tries, None);
+        assert!(next_upstream(&ann(tries, "-1")).is_err());
     }
 }

@@ -101,13 +101,81 @@ pub enum UpstreamProtocol {
 }
 
 /// How a pool picks an endpoint for a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum BalancePolicy {
-    /// Power of two choices over peak-EWMA latency weighted by in-flight requests.
+    /// Power of two choices between the next endpoint in round-robin order and a random other:
+    /// the one with fewer requests in flight wins, a tie goes to the round-robin one. At low
+    /// load this is round robin, so every pod gets traffic (a new replica at once); under
+    /// concurrency a slow or overloaded pod holds its requests longer and is picked less.
     #[default]
+    LeastRequest,
+    /// Power of two random choices over peak-EWMA latency × (in-flight + 1) (finagle,
+    /// linkerd). Strongly latency-aware, but at low load a pod whose estimate is the highest
+    /// never wins a comparison and can go without traffic.
     PeakEwma,
     /// Plain round robin.
     RoundRobin,
+    /// Consistent (rendezvous) hashing of a request key: a key keeps reaching the same endpoint
+    /// while that endpoint exists, and only the keys of an endpoint that goes move.
+    Hash(HashKey),
+}
+
+impl BalancePolicy {
+    /// Parses a policy name as the `load-balance` annotation and `--balance` spell it
+    /// (`least_request`, `ewma`, `round_robin`; dashes or underscores).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "least_request" | "least_conn" => Some(Self::LeastRequest),
+            "ewma" | "peak_ewma" => Some(Self::PeakEwma),
+            "round_robin" => Some(Self::RoundRobin),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`BalancePolicy::Hash`] pool hashes, in ingress-nginx's `upstream-hash-by` spelling.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HashKey {
+    /// `$remote_addr` / `$binary_remote_addr`: the client address (as the trusted-proxy rules
+    /// resolve it).
+    ClientIp,
+    /// `$request_uri`: path and query.
+    RequestUri,
+    /// `$http_<name>`: a request header (lower case, `_` read as `-`, as nginx does).
+    Header(String),
+    /// `$cookie_<name>`: a cookie's value.
+    Cookie(String),
+}
+
+impl HashKey {
+    /// Parses one nginx variable; anything else (`$host$uri`, literals, other variables) is an
+    /// error naming what is supported.
+    pub fn parse(v: &str) -> Result<Self, String> {
+        let v = v.trim();
+        let bad = || {
+            format!(
+                "{v:?} is not supported; use one of $remote_addr, $binary_remote_addr, $request_uri, $http_<header>, $cookie_<name>"
+            )
+        };
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match v {
+            "$remote_addr" | "$binary_remote_addr" => Ok(Self::ClientIp),
+            "$request_uri" => Ok(Self::RequestUri),
+            _ => {
+                if let Some(h) = v.strip_prefix("$http_").filter(|n| name_ok(n)) {
+                    Ok(Self::Header(h.to_ascii_lowercase().replace('_', "-")))
+                } else if let Some(c) = v.strip_prefix("$cookie_").filter(|n| name_ok(n)) {
+                    Ok(Self::Cookie(c.to_string()))
+                } else {
+                    Err(bad())
+                }
+            }
+        }
+    }
 }
 
 /// Whether an endpoint takes new requests.
@@ -159,6 +227,29 @@ pub struct Hsts {
     pub include_subdomains: bool,
 }
 
+/// When a failed attempt is tried again on another endpoint (ingress-nginx's
+/// `proxy-next-upstream` and `proxy-next-upstream-tries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NextUpstream {
+    /// `false` for `off`: only failures before anything was sent (connect errors, a pooled
+    /// connection found closed) move on; those are always safe.
+    pub on_error: bool,
+    /// `non_idempotent`: POST, PATCH and the like are retried after a break too.
+    pub non_idempotent: bool,
+    /// Endpoints to try at most; `None` uses the global `--upstream-tries`.
+    pub tries: Option<u32>,
+}
+
+impl Default for NextUpstream {
+    fn default() -> Self {
+        Self {
+            on_error: true,
+            non_idempotent: false,
+            tries: None,
+        }
+    }
+}
+
 /// Per-route behaviour that comes from the Ingress the route was defined in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct RouteOptions {
@@ -166,6 +257,8 @@ pub struct RouteOptions {
     pub ssl_redirect: bool,
     /// HSTS header on HTTPS responses.
     pub hsts: Option<Hsts>,
+    /// Retry rules.
+    pub next_upstream: NextUpstream,
 }
 
 /// Path match type after translation; `ImplementationSpecific` is translated to `Prefix`.
@@ -272,7 +365,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            balance: BalancePolicy::PeakEwma,
+            balance: BalancePolicy::LeastRequest,
             ssl_redirect: true,
         }
     }

@@ -41,9 +41,11 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
         ingress_class: c.ingress_class.clone(),
         watch_namespace: c.watch_namespace.clone(),
         settings: Settings {
-            balance: match c.balance {
-                Balance::Ewma => BalancePolicy::PeakEwma,
-                Balance::RoundRobin => BalancePolicy::RoundRobin,
+            balance: match (&c.upstream_hash_by, c.balance) {
+                (Some(key), _) => BalancePolicy::Hash(key.clone()),
+                (None, Balance::LeastRequest) => BalancePolicy::LeastRequest,
+                (None, Balance::Ewma) => BalancePolicy::PeakEwma,
+                (None, Balance::RoundRobin) => BalancePolicy::RoundRobin,
             },
             ssl_redirect: c.ssl_redirect,
         },

@@ -46,10 +46,18 @@ pub enum LogFormat {
 /// Balancing policy.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Balance {
-    /// Power of two choices over peak-EWMA latency and in-flight requests.
+    /// Two candidates (the next in round-robin order and a random one); fewer requests in
+    /// flight wins, ties go round robin: every pod gets traffic at low load, slow pods less
+    /// under load.
+    LeastRequest,
+    /// Power of two random choices over peak-EWMA latency and in-flight requests.
     Ewma,
     /// Round robin.
     RoundRobin,
+}
+
+fn parse_hash_key(v: &str) -> Result<sluice_config::HashKey, String> {
+    sluice_config::HashKey::parse(v)
 }
 
 /// Flags shared by `serve` and `controller`.
@@ -125,9 +133,15 @@ pub struct CommonArgs {
     /// PEM CA bundle to verify HTTPS upstreams (verification is off without it).
     #[arg(long, env = "SLUICE_UPSTREAM_CA_FILE")]
     pub upstream_ca_file: Option<PathBuf>,
-    /// Balancing policy.
-    #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::Ewma)]
+    /// Balancing policy of every pool (an Ingress may choose its own with the `load-balance`
+    /// annotation).
+    #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::LeastRequest)]
     pub balance: Balance,
+    /// Consistent hashing for every pool, on an nginx variable: `$remote_addr`,
+    /// `$request_uri`, `$http_<header>` or `$cookie_<name>` (overrides --balance; an Ingress
+    /// may choose its own with `upstream-hash-by`).
+    #[arg(long, env = "SLUICE_UPSTREAM_HASH_BY", value_parser = parse_hash_key)]
+    pub upstream_hash_by: Option<sluice_config::HashKey>,
     /// Serve HTTP/2 (h2 via ALPN, h2c with prior knowledge).
     #[arg(long, env = "SLUICE_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub http2: bool,

@@ -1,17 +1,17 @@
 //! Upstream pools ([`Cluster`]): one per Service port, with an endpoint set that is swapped as a
-//! whole, and endpoint picking (P2C over peak EWMA, or round robin).
+//! whole, and endpoint picking by the pool's policy ([`crate::balance`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use sluice_config::{BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, UpstreamProtocol};
 
 use crate::endpoint::{Endpoint, EndpointSet, Member, nanos_at};
-use crate::metrics::{Metrics, ServiceLabels};
+use crate::metrics::{Metrics, RetryLabels, ServiceLabels};
 use crate::pool::{PoolKey, PoolRegistry};
 
 /// Counters of one pool, resolved once.
@@ -19,8 +19,8 @@ use crate::pool::{PoolKey, PoolRegistry};
 pub struct ClusterStats {
     /// Connect failures.
     pub connect_errors: prometheus_client::metrics::counter::Counter,
-    /// Retries.
-    pub retries: prometheus_client::metrics::counter::Counter,
+    /// Retries, indexed by [`crate::upstream::RetryReason`].
+    pub retries: [prometheus_client::metrics::counter::Counter; 4],
     /// Ejections.
     pub ejections: prometheus_client::metrics::counter::Counter,
 }
@@ -86,11 +86,16 @@ impl Cluster {
         let c = Self {
             key: spec.key.clone(),
             protocol: spec.protocol,
-            balance: spec.balance,
+            balance: spec.balance.clone(),
             endpoints: ArcSwap::from_pointee(EndpointSet::default()),
             stats: ClusterStats {
                 connect_errors: metrics.connect_errors.get_or_create_owned(&labels),
-                retries: metrics.retries.get_or_create_owned(&labels),
+                retries: crate::upstream::RetryReason::ALL.map(|r| {
+                    metrics.retries.get_or_create_owned(&RetryLabels {
+                        service: name.clone(),
+                        reason: r.label(),
+                    })
+                }),
                 ejections: metrics.ejections.get_or_create_owned(&labels),
             },
             name,
@@ -135,23 +140,35 @@ impl Cluster {
     }
 
     /// Picks an endpoint for a request, avoiding the ones it already tried and, while others
-    /// exist, ejected and draining ones. `None` only when the pool has no endpoint at all left
-    /// to try.
-    pub fn pick(&self, set: &EndpointSet, tried: &Tried) -> Option<Arc<Endpoint>> {
-        self.pick_at(set, tried, Instant::now())
+    /// exist, ejected and draining ones (see [`crate::balance`] for the policies). `key` is the
+    /// request's hash for a hashing policy. `None` only when the pool has no endpoint at all
+    /// left to try.
+    pub fn pick(
+        &self,
+        set: &EndpointSet,
+        tried: &Tried,
+        key: Option<u64>,
+    ) -> Option<Arc<Endpoint>> {
+        self.pick_at(set, tried, Instant::now(), key)
     }
 
     /// [`Cluster::pick`] with the time already read.
-    pub fn pick_at(&self, set: &EndpointSet, tried: &Tried, now: Instant) -> Option<Arc<Endpoint>> {
+    pub fn pick_at(
+        &self,
+        set: &EndpointSet,
+        tried: &Tried,
+        now: Instant,
+        key: Option<u64>,
+    ) -> Option<Arc<Endpoint>> {
         let now = nanos_at(now);
         for list in [&set.ready, &set.draining] {
-            if let Some(e) = self.pick_from(list, tried, now, true) {
+            if let Some(e) = self.pick_from(list, tried, now, true, key) {
                 return Some(e);
             }
         }
         // Everything left is ejected: trying one beats failing the request outright.
         for list in [&set.ready, &set.draining] {
-            if let Some(e) = self.pick_from(list, tried, now, false) {
+            if let Some(e) = self.pick_from(list, tried, now, false, key) {
                 return Some(e);
             }
         }
@@ -164,42 +181,10 @@ impl Cluster {
         tried: &Tried,
         now: u64,
         healthy_only: bool,
+        key: Option<u64>,
     ) -> Option<Arc<Endpoint>> {
         let usable =
             |e: &Arc<Endpoint>| !(tried.contains(&e.addr) || (healthy_only && e.is_ejected(now)));
-        let n = list.len();
-        if n == 0 {
-            return None;
-        }
-        match self.balance {
-            BalancePolicy::RoundRobin => {
-                let start = self.rr.fetch_add(1, Ordering::Relaxed);
-                (0..n)
-                    .map(|i| &list[(start + i) % n])
-                    .find(|e| usable(e))
-                    .cloned()
-            }
-            BalancePolicy::PeakEwma => {
-                if n == 1 {
-                    return usable(&list[0]).then(|| Arc::clone(&list[0]));
-                }
-                let a = fastrand::usize(..n);
-                let mut b = fastrand::usize(..n - 1);
-                if b >= a {
-                    b += 1;
-                }
-                let (ea, eb) = (&list[a], &list[b]);
-                match (usable(ea), usable(eb)) {
-                    (true, true) => Some(Arc::clone(if ea.cost() <= eb.cost() { ea } else { eb })),
-                    (true, false) => Some(Arc::clone(ea)),
-                    (false, true) => Some(Arc::clone(eb)),
-                    // Both unusable: fall back to a scan from a random start.
-                    (false, false) => (0..n)
-                        .map(|i| &list[(a + i) % n])
-                        .find(|e| usable(e))
-                        .cloned(),
-                }
-            }
-        }
+        crate::balance::pick(&self.balance, list, usable, &self.rr, key)
     }
 }

@@ -18,9 +18,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use sluice_config::UpstreamProtocol;
 use sluice_config::host::{HostBuf, normalize_request_host};
+use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 
+use crate::balance::{KeySource, request_hash};
 use crate::body::{ReqBody, RespBody};
 use crate::cluster::Cluster;
 use crate::dataplane::DataPlane;
@@ -35,7 +36,7 @@ use crate::h1::{H1Body, ReqFraming, framing_of};
 use crate::hop;
 use crate::respond::{BodyFraming, HeadWriter};
 use crate::routes::{Action, Target};
-use crate::upstream::{self, H1Answer};
+use crate::upstream::{self, H1Answer, Plan};
 
 /// A request head the fast path parsed: the head's bytes (its fields located by the
 /// connection's spans), method, target and what the connection needs to know.
@@ -101,6 +102,32 @@ fn plain_host(v: &[u8]) -> Option<&str> {
     }
 }
 
+/// Whether a pool hashes a header or cookie: the direct path does not index fields, so such
+/// requests go to the general handler.
+fn hashes_fields(b: &BalancePolicy) -> bool {
+    matches!(
+        b,
+        BalancePolicy::Hash(HashKey::Header(_) | HashKey::Cookie(_))
+    )
+}
+
+/// The hash of a direct-path request for a pool that hashes the client or the URI.
+fn direct_key(b: &BalancePolicy, conn: &ConnInfo, req: &FastReq) -> Option<u64> {
+    let BalancePolicy::Hash(key) = b else {
+        return None;
+    };
+    let uri = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let none = |_: &str| None;
+    request_hash(
+        key,
+        &KeySource {
+            client_ip: conn.remote.ip(),
+            uri,
+            header: &none,
+        },
+    )
+}
+
 /// Handles a fast-path request. Loads the route table once. `spans` locate the request's
 /// fields in `req.head`; after a [`Answer::Direct`] they locate the response's.
 pub(crate) async fn dispatch(
@@ -119,6 +146,7 @@ pub(crate) async fn dispatch(
         if let Some(action) = table.lookup(host, req.uri.path())
             && let Target::Cluster(cluster) = &action.target
             && cluster.protocol != UpstreamProtocol::H2c
+            && !hashes_fields(&cluster.balance)
             && (!action.ssl_redirect || conn.tls)
         {
             return forward(dp, conn, action, cluster, req, spans, started).await;
@@ -203,8 +231,12 @@ async fn forward(
             &up_head,
             ReqBody::empty(),
             ReqFraming::Empty,
-            upstream::idempotent(&req.method),
-            s.upstream_tries,
+            Plan::new(
+                &req.method,
+                &action.next_upstream,
+                s.upstream_tries,
+                direct_key(&cluster.balance, conn, &req),
+            ),
             |c, cx| c.poll_raw_head(cx, spans),
             started,
         );

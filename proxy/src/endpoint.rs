@@ -43,6 +43,8 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// Idle connections to this address (shared by identity with any other user of it).
     pub pool: Arc<HostPool>,
+    /// Stable hash of `addr`, for rendezvous hashing (computed once).
+    pub hash_id: u64,
     in_flight: AtomicU32,
     requests: AtomicU64,
     failures: AtomicU64,
@@ -58,6 +60,7 @@ impl Endpoint {
         Self {
             addr,
             pool,
+            hash_id: crate::balance::endpoint_hash(&addr),
             in_flight: AtomicU32::new(0),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -142,6 +145,13 @@ impl Endpoint {
         let until = now_nanos().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         self.ejected_until.fetch_max(until, Ordering::Relaxed);
         d
+    }
+
+    /// Sets the latency estimate (tests of the balancing rules).
+    #[cfg(test)]
+    pub(crate) fn set_ewma_for_test(&self, d: Duration) {
+        self.ewma_bits
+            .store((d.as_nanos() as f64).to_bits(), Ordering::Relaxed);
     }
 
     /// Records a failure that says nothing about the endpoint's health (e.g. a broken exchange).

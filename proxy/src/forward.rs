@@ -9,10 +9,11 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sluice_config::UpstreamProtocol;
 use sluice_config::host::{HostBuf, normalize_request_host, strip_port};
+use sluice_config::{BalancePolicy, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
+use crate::balance::{KeySource, request_hash};
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
 use crate::errlog;
@@ -20,7 +21,7 @@ use crate::forwarded::ProxyHeaders;
 use crate::h1::decode::lists;
 use crate::hop;
 use crate::routes::{Action, RouteTable, Target};
-use crate::upstream::{self, UpstreamError};
+use crate::upstream::{self, Plan, UpstreamError};
 
 /// Facts about the client connection a request arrived on.
 #[derive(Debug, Clone)]
@@ -325,11 +326,27 @@ async fn route(
             .parse()
             .unwrap_or_else(|_| Uri::from_static("/"));
     }
+    let key = match &cluster.balance {
+        BalancePolicy::Hash(k) => {
+            let headers = &parts.headers;
+            let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+            request_hash(
+                k,
+                &KeySource {
+                    client_ip: conn.remote.ip(),
+                    uri: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                    header: &lookup,
+                },
+            )
+        }
+        _ => None,
+    };
+    let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
     let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
     let fwd = conn.proxy_headers();
     let delivered = match tokio::time::timeout(
         s.request_timeout,
-        upstream::send(cluster, up_req, s.upstream_tries, &fwd),
+        upstream::send(cluster, up_req, plan, &fwd),
     )
     .await
     {

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod balance;
 pub mod body;
 pub mod cluster;
 pub mod dataplane;

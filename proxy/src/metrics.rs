@@ -127,6 +127,15 @@ pub struct ServiceLabels {
     pub service: String,
 }
 
+/// Labels of the retries counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    /// `namespace/service:port`.
+    pub service: String,
+    /// Why the attempt before was not the last (see `upstream::RetryReason`).
+    pub reason: &'static str,
+}
+
 /// Labels of the endpoints-per-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
@@ -168,8 +177,8 @@ pub struct Metrics {
     pub request_duration: Family<ServiceLabels, AtomicHistogram, fn() -> AtomicHistogram>,
     /// Upstream connect failures by pool.
     pub connect_errors: Family<ServiceLabels, Counter>,
-    /// Retries by pool.
-    pub retries: Family<ServiceLabels, Counter>,
+    /// Retries by pool and reason.
+    pub retries: Family<RetryLabels, Counter>,
     /// Passive-health ejections by pool.
     pub ejections: Family<ServiceLabels, Counter>,
     /// Endpoints per pool by state (refreshed on scrape).
@@ -239,7 +248,7 @@ impl Metrics {
         );
         registry.register(
             "upstream_retries",
-            "Requests retried on another endpoint or connection",
+            "Attempts that followed a failed one, by pool and reason",
             m.retries.clone(),
         );
         registry.register(

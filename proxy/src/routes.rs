@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use sluice_config::{ClusterKey, Route, RouteAction, RouteRef, Snapshot};
+use sluice_config::{ClusterKey, NextUpstream, Route, RouteAction, RouteRef, Snapshot};
 
 use crate::cluster::Cluster;
 use crate::metrics::{Metrics, RouteStats};
@@ -30,6 +30,8 @@ pub struct Action {
     pub ssl_redirect: bool,
     /// `Strict-Transport-Security` value for HTTPS responses.
     pub hsts: Option<HeaderValue>,
+    /// Retry rules.
+    pub next_upstream: NextUpstream,
     /// Metric handles.
     pub stats: RouteStats,
 }
@@ -75,6 +77,7 @@ fn compile_route(
         target,
         ssl_redirect: r.options.ssl_redirect,
         hsts,
+        next_upstream: r.options.next_upstream,
         stats: RouteStats::new(metrics, &ingress, &service),
     }
 }

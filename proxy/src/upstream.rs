@@ -1,19 +1,25 @@
 //! Sending a request to a pool: pick, connect (or reuse), send, and retry where it is safe.
 //!
-//! Retry rules (no request fails because a pod went away):
+//! Retry rules — nginx's `proxy_next_upstream error` made explicit (no request fails because a
+//! pod went away, and nothing is ever sent twice that must not be):
 //! - connect failures (refused, reset, timeout) happen before any byte is sent: retry on a
-//!   *different* endpoint, any method, up to `upstream_tries` endpoints; the failed endpoint is
+//!   *different* endpoint, any method, up to `tries` endpoints; the failed endpoint is
 //!   ejected for a short, growing time;
 //! - a pooled connection that turns out closed before the request was written hands the request
 //!   back (our HTTP/1 client's `Unsent`, hyper's `try_send_request` for h2c): retry, any method;
-//! - an idempotent, body-less request on a *reused* connection that broke after it was written
-//!   (the peer closed its idle connection as we sent) is replayed on a fresh pick;
-//! - after either of the two above, the next attempt opens a *new* connection instead of taking
+//! - a request that may be replayed ([`Plan::replay`]: idempotent, or `non_idempotent` allowed
+//!   by the route; body-less; retries not `off`) whose connection broke after it was written
+//!   but before any byte of the response head arrived (reset, close, I/O error):
+//!   - on a *reused* connection (the pod closed its idle connection as we sent): replayed on a
+//!     new connection, which may be to the same pod;
+//!   - on a *new* connection (the pod died under the request): the endpoint is ejected and the
+//!     request replayed on a *different* endpoint;
+//! - after any of the above, the next attempt opens a *new* connection instead of taking
 //!   another idle one: a pod that is shutting down closes all its idle connections at once, so
-//!   its other pooled connections are likely dead too, and a new connect to it is refused and
-//!   moves on to a different endpoint. A break on a new connection is never replayed, which
-//!   bounds the replays (and `2 × tries + 2` bounds the attempts);
-//! - anything else is a 502.
+//!   its other pooled connections are likely dead too. `tries` bounds the endpoints tried and
+//!   `2 × tries + 2` the attempts; the caller's request deadline bounds the time;
+//! - anything else (an answer the upstream gave, however malformed; a request body that
+//!   failed on the client's side) is final: 502, or the client's error.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,7 +29,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
-use sluice_config::UpstreamProtocol;
+use sluice_config::{NextUpstream, UpstreamProtocol};
 
 use crate::body::{BodyError, ReqBody, RespBody};
 use crate::cluster::{Cluster, Tried};
@@ -92,12 +98,69 @@ pub fn idempotent(m: &Method) -> bool {
     )
 }
 
+/// How one request may be tried: decided by the caller from the route and the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Endpoints to try at most.
+    pub tries: u32,
+    /// Whether the request may be sent again after its connection broke under it (it must
+    /// also be body-less; the HTTP/1 and h2 clients check that).
+    pub replay: bool,
+    /// The request's hash for a hashing pool.
+    pub key: Option<u64>,
+}
+
+impl Plan {
+    /// The plan for a request with `method` on a route with these retry rules; `global_tries`
+    /// is `--upstream-tries`.
+    pub fn new(method: &Method, next: &NextUpstream, global_tries: u32, key: Option<u64>) -> Self {
+        Self {
+            tries: next.tries.unwrap_or(global_tries).max(1),
+            replay: next.on_error && (idempotent(method) || next.non_idempotent),
+            key,
+        }
+    }
+}
+
+/// Why an attempt was followed by another (the `reason` label of the retries metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// Connecting failed.
+    ConnectFailed = 0,
+    /// The connection closed before the request was written.
+    NotSent = 1,
+    /// A reused (idle) connection broke after the request was written.
+    IdleClosed = 2,
+    /// A new connection broke after the request was written, before any response byte.
+    BrokeAfterSend = 3,
+}
+
+impl RetryReason {
+    /// Every reason, in label order.
+    pub const ALL: [RetryReason; 4] = [
+        RetryReason::ConnectFailed,
+        RetryReason::NotSent,
+        RetryReason::IdleClosed,
+        RetryReason::BrokeAfterSend,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RetryReason::ConnectFailed => "connect_failed",
+            RetryReason::NotSent => "closed_before_send",
+            RetryReason::IdleClosed => "idle_connection_closed",
+            RetryReason::BrokeAfterSend => "broke_after_send",
+        }
+    }
+}
+
 /// Sends `req` to `cluster`, following the retry rules in the module docs.
 /// `fwd` are the proxy headers to add (see [`crate::forwarded`]).
 pub async fn send(
     cluster: &Cluster,
     req: Request<ReqBody>,
-    tries: u32,
+    plan: Plan,
     fwd: &ProxyHeaders<'_>,
 ) -> Result<Delivered, UpstreamError> {
     match cluster.protocol {
@@ -105,11 +168,9 @@ pub async fn send(
             let mut req = req;
             fwd.apply(req.headers_mut());
             // Boxed so that the HTTP/1 path's future does not carry the HTTP/2 one.
-            Box::pin(send_h2(cluster, req, tries)).await
+            Box::pin(send_h2(cluster, req, plan)).await
         }
-        UpstreamProtocol::Http1 | UpstreamProtocol::Https => {
-            send_h1(cluster, req, tries, fwd).await
-        }
+        UpstreamProtocol::Http1 | UpstreamProtocol::Https => send_h1(cluster, req, plan, fwd).await,
     }
 }
 
@@ -120,20 +181,24 @@ struct Attempts<'a> {
     set: Arc<EndpointSet>,
     tried: Tried,
     tries: usize,
+    key: Option<u64>,
     attempt: usize,
     fresh: bool,
+    why: Option<RetryReason>,
     last_connect: Option<ConnectError>,
 }
 
 impl<'a> Attempts<'a> {
-    fn new(cluster: &'a Cluster, tries: u32) -> Self {
+    fn new(cluster: &'a Cluster, plan: Plan) -> Self {
         Self {
             cluster,
             set: cluster.endpoints.load_full(),
             tried: Tried::default(),
-            tries: tries.max(1) as usize,
+            tries: plan.tries.max(1) as usize,
+            key: plan.key,
             attempt: 0,
             fresh: false,
+            why: None,
             last_connect: None,
         }
     }
@@ -148,23 +213,44 @@ impl<'a> Attempts<'a> {
         if self.attempt >= 2 * self.tries + 2 || self.tried.len() >= self.tries {
             return None;
         }
-        let ep = self.cluster.pick_at(&self.set, &self.tried, now)?;
-        if self.attempt > 0 {
-            self.cluster.stats.retries.inc();
+        let ep = self
+            .cluster
+            .pick_at(&self.set, &self.tried, now, self.key)?;
+        if let Some(why) = self.why.take() {
+            self.cluster.stats.retries[why as usize].inc();
         }
         self.attempt += 1;
         Some(ep)
     }
 
+    /// Another attempt follows for this reason; `fresh`: on a new connection.
+    fn again(&mut self, why: RetryReason) {
+        self.why = Some(why);
+        self.fresh = true;
+    }
+
     /// Connecting to `ep` failed before anything was sent: eject it, try another.
     fn connect_failed(&mut self, ep: &Endpoint, e: ConnectError) {
         tracing::debug!(endpoint = %ep.addr, pool = %self.cluster.name, error = %e, "connect failed; trying another endpoint");
+        self.eject(ep);
+        self.cluster.stats.connect_errors.inc();
+        self.why = Some(RetryReason::ConnectFailed);
+        self.last_connect = Some(e);
+    }
+
+    /// A new connection to `ep` broke under a request that may be replayed: the pod is likely
+    /// gone; eject it and replay elsewhere.
+    fn broke_after_send(&mut self, ep: &Endpoint, e: &dyn std::fmt::Display) {
+        tracing::debug!(endpoint = %ep.addr, pool = %self.cluster.name, error = %e, "connection broke before the response; replaying on another endpoint");
+        self.eject(ep);
+        self.again(RetryReason::BrokeAfterSend);
+    }
+
+    fn eject(&mut self, ep: &Endpoint) {
         let d = ep.fail_and_eject();
         tracing::debug!(endpoint = %ep.addr, ejected_for = ?d, "endpoint ejected");
-        self.cluster.stats.connect_errors.inc();
         self.cluster.stats.ejections.inc();
         self.tried.push(ep.addr);
-        self.last_connect = Some(e);
     }
 
     /// Why no attempt succeeded.
@@ -199,7 +285,7 @@ pub fn broken(ep: &Endpoint, e: H1Error) -> UpstreamError {
 async fn send_h1(
     cluster: &Cluster,
     req: Request<ReqBody>,
-    tries: u32,
+    plan: Plan,
     fwd: &ProxyHeaders<'_>,
 ) -> Result<Delivered, UpstreamError> {
     let (mut parts, body) = req.into_parts();
@@ -207,14 +293,12 @@ async fn send_h1(
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let head = h1::encode_head(&parts.method, target, &parts.headers, framing, fwd);
     let head_request = parts.method == Method::HEAD;
-    let replayable = idempotent(&parts.method) && framing == ReqFraming::Empty;
     let answer = exchange_h1(
         cluster,
         &head,
         body,
         framing,
-        replayable,
-        tries,
+        plan,
         H1Conn::poll_head,
         Instant::now(),
     )
@@ -271,21 +355,20 @@ pub struct H1Answer<H> {
 }
 
 /// Sends an encoded request head (and `body`) to `cluster` over HTTP/1, following the retry
-/// rules in the module docs, and reads the answer's head with `read_head`. `replayable`: the
-/// request may be sent again after a reused connection broke under it. `started`: when the
+/// rules in the module docs, and reads the answer's head with `read_head`. `started`: when the
 /// request started (read once by the caller, used for the first attempt).
-#[allow(clippy::too_many_arguments)]
 pub async fn exchange_h1<H>(
     cluster: &Cluster,
     head: &Bytes,
     body: ReqBody,
     framing: ReqFraming,
-    replayable: bool,
-    tries: u32,
+    plan: Plan,
     mut read_head: impl FnMut(&mut H1Conn, &mut Context<'_>) -> Poll<Result<H, H1Error>>,
     started: Instant,
 ) -> Result<H1Answer<H>, UpstreamError> {
-    let mut att = Attempts::new(cluster, tries);
+    // A body is streamed, not kept: only a body-less request can be written twice.
+    let replayable = plan.replay && framing == ReqFraming::Empty;
+    let mut att = Attempts::new(cluster, plan);
     let mut body = Some(body);
     while let Some(b) = body.take() {
         let now = if att.attempt == 0 {
@@ -323,12 +406,16 @@ pub async fn exchange_h1<H>(
                 if !checkout.reused {
                     att.tried.push(ep.addr);
                 }
-                att.fresh = true;
+                att.again(RetryReason::NotSent);
                 body = Some(b);
             }
-            Err(SendError::Failed(e)) if checkout.reused && replayable => {
-                tracing::debug!(endpoint = %ep.addr, error = %e, "reused connection broke; replaying idempotent request");
-                att.fresh = true;
+            Err(SendError::Failed(e)) if replayable && e.before_response() => {
+                if checkout.reused {
+                    tracing::debug!(endpoint = %ep.addr, error = %e, "reused connection broke; replaying");
+                    att.again(RetryReason::IdleClosed);
+                } else {
+                    att.broke_after_send(&ep, &e);
+                }
                 body = Some(ReqBody::empty());
             }
             Err(SendError::Failed(e)) => return Err(broken(&ep, e)),
@@ -351,9 +438,9 @@ fn copy_head(parts: &Parts) -> Request<ReqBody> {
 async fn send_h2(
     cluster: &Cluster,
     req: Request<ReqBody>,
-    tries: u32,
+    plan: Plan,
 ) -> Result<Delivered, UpstreamError> {
-    let mut att = Attempts::new(cluster, tries);
+    let mut att = Attempts::new(cluster, plan);
     let mut pending = Some(req);
     while let Some(req) = pending.take() {
         let Some(ep) = att.next() else { break };
@@ -366,7 +453,7 @@ async fn send_h2(
                 continue;
             }
         };
-        let can_replay = reused && idempotent(req.method()) && req.body().is_end_stream();
+        let can_replay = plan.replay && req.body().is_end_stream();
         let (parts, body) = req.into_parts();
         let replay = can_replay.then(|| copy_head(&parts));
         match sender
@@ -386,11 +473,17 @@ async fn send_h2(
             Err(mut e) => {
                 if let Some(back) = e.take_message() {
                     tracing::debug!(endpoint = %ep.addr, "h2 connection was closed; retrying");
+                    att.again(RetryReason::NotSent);
                     pending = Some(back);
                     continue;
                 }
                 if let Some(r) = replay {
-                    tracing::debug!(endpoint = %ep.addr, error = %e.error(), "reused connection broke; replaying idempotent request");
+                    if reused {
+                        tracing::debug!(endpoint = %ep.addr, error = %e.error(), "reused connection broke; replaying");
+                        att.again(RetryReason::IdleClosed);
+                    } else {
+                        att.broke_after_send(&ep, e.error());
+                    }
                     pending = Some(r);
                     continue;
                 }

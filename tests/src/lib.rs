@@ -25,6 +25,7 @@ pub async fn backend(name: &str) -> Backend {
             name: name.to_string(),
             body_size: 1024,
             http2: true,
+            delay: std::time::Duration::ZERO,
         },
     )
     .await

@@ -156,10 +156,10 @@ pub(super) async fn start(
         "EndpointSlice file rewritten atomically (write + rename); sluice watches the directory"
             .into(),
     );
-    s.insert("retries".into(), format!("--upstream-tries {TRIES} (connect errors retried on another endpoint; idempotent requests also on a reused connection that closed)"));
+    s.insert("retries".into(), format!("--upstream-tries {TRIES} (a connect error, or an idempotent request's connection breaking before any response byte, moves to another endpoint)"));
     s.insert(
         "balance".into(),
-        "default (P2C over peak-EWMA latency)".into(),
+        "default (least request over round robin)".into(),
     );
     s.insert("backlog".into(), format!("{BACKLOG} (built in)"));
     s.insert("workers".into(), format!("--workers {}", env.workers));

@@ -38,6 +38,7 @@ async fn backends() -> std::io::Result<Vec<Backend>> {
                 name: ["A", "B", "C", "D"][i].into(),
                 body_size: 1024,
                 http2: false,
+                delay: std::time::Duration::ZERO,
             };
             match Backend::start(SocketAddr::from(([127, 0, 0, ip], port)), cfg).await {
                 Ok(b) => out.push(b),

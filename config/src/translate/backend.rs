@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
-use k8s_openapi::api::networking::v1::IngressBackend;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 
+use crate::annotations;
 use crate::model::{
     BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, EndpointState, ObjectRef, RouteAction,
     Severity, UpstreamProtocol,
@@ -100,6 +101,41 @@ pub fn cluster_endpoints(world: &World, key: &ClusterKey) -> Option<Vec<Endpoint
     Some(resolve_endpoints(world, &key.namespace, svc, port))
 }
 
+/// What an Ingress's annotations ask of the pools its backends use. A pool is shared by every
+/// Ingress that names its Service port, so the oldest Ingress that sets a value wins and a
+/// younger one that disagrees gets a `Conflict` warning.
+#[derive(Debug, Default)]
+pub(super) struct PoolAnnotations {
+    protocol: Option<UpstreamProtocol>,
+    balance: Option<BalancePolicy>,
+}
+
+impl PoolAnnotations {
+    /// Reads them; invalid values are reported and ignored.
+    pub(super) fn read(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Self {
+        let empty = BTreeMap::new();
+        let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+        let mut invalid = |e: annotations::AnnotationError| {
+            p.report(
+                Severity::Warning,
+                "InvalidAnnotation",
+                src,
+                format!("metadata.annotations[{}]", e.name),
+                e.to_string(),
+            );
+        };
+        let protocol = annotations::backend_protocol(ann).unwrap_or_else(|e| {
+            invalid(e);
+            None
+        });
+        let balance = annotations::balance(ann).unwrap_or_else(|e| {
+            invalid(e);
+            None
+        });
+        Self { protocol, balance }
+    }
+}
+
 /// Builds the pools referenced by routes, once per key.
 pub(super) struct Resolver<'w> {
     world: &'w World,
@@ -107,6 +143,8 @@ pub(super) struct Resolver<'w> {
     clusters: BTreeMap<ClusterKey, ClusterSpec>,
     /// Which Ingress set a cluster's protocol by annotation (the oldest wins).
     protocol_set_by: BTreeMap<ClusterKey, ObjectRef>,
+    /// Which Ingress set a cluster's balancing policy by annotation (the oldest wins).
+    balance_set_by: BTreeMap<ClusterKey, ObjectRef>,
 }
 
 impl<'w> Resolver<'w> {
@@ -116,6 +154,7 @@ impl<'w> Resolver<'w> {
             balance,
             clusters: BTreeMap::new(),
             protocol_set_by: BTreeMap::new(),
+            balance_set_by: BTreeMap::new(),
         }
     }
 
@@ -129,7 +168,7 @@ impl<'w> Resolver<'w> {
         src: &ObjectRef,
         field: &str,
         backend: &IngressBackend,
-        protocol: Option<UpstreamProtocol>,
+        pool: &PoolAnnotations,
         p: &mut Problems,
     ) -> RouteAction {
         let fail = |p: &mut Problems, reason: &'static str, field: String, msg: String| {
@@ -223,37 +262,60 @@ impl<'w> Resolver<'w> {
             port: port_num,
         };
         let world = self.world;
-        let balance = self.balance;
+        let balance = &self.balance;
         let cluster = self
             .clusters
             .entry(key.clone())
             .or_insert_with(|| ClusterSpec {
                 key: key.clone(),
                 protocol: app_protocol(port),
-                balance,
+                balance: balance.clone(),
                 endpoints: resolve_endpoints(world, ns, svc, port),
             });
-        if let Some(proto) = protocol {
-            match self.protocol_set_by.get(&key) {
-                None => {
-                    cluster.protocol = proto;
-                    self.protocol_set_by.insert(key.clone(), src.clone());
-                }
-                Some(first) if cluster.protocol != proto => {
-                    p.report(
-                        Severity::Warning,
-                        "Conflict",
-                        src,
-                        "metadata.annotations[sluice.dev/backend-protocol]",
-                        format!(
-                            "ignored for {key}: the older {first} sets {:?}",
-                            cluster.protocol
-                        ),
-                    );
-                }
-                Some(_) => {}
-            }
+        if let Some(proto) = pool.protocol {
+            first_wins(
+                (&mut cluster.protocol, proto),
+                (&mut self.protocol_set_by, &key, src),
+                "backend-protocol",
+                p,
+            );
+        }
+        if let Some(balance) = &pool.balance {
+            first_wins(
+                (&mut cluster.balance, balance.clone()),
+                (&mut self.balance_set_by, &key, src),
+                "load-balance/upstream-hash-by",
+                p,
+            );
         }
         RouteAction::Cluster(key)
+    }
+}
+
+/// Sets a pool's value from the first (oldest) Ingress that asks for it; a later Ingress that
+/// asks for something else is told it was ignored.
+fn first_wins<T: PartialEq + std::fmt::Debug>(
+    (current, wanted): (&mut T, T),
+    (set_by, key, src): (
+        &mut BTreeMap<ClusterKey, ObjectRef>,
+        &ClusterKey,
+        &ObjectRef,
+    ),
+    annotation: &str,
+    p: &mut Problems,
+) {
+    match set_by.get(key) {
+        None => {
+            *current = wanted;
+            set_by.insert(key.clone(), src.clone());
+        }
+        Some(first) if *current != wanted => p.report(
+            Severity::Warning,
+            "Conflict",
+            src,
+            format!("metadata.annotations[sluice.dev/{annotation}]"),
+            format!("ignored for {key}: the older {first} sets {current:?}"),
+        ),
+        Some(_) => {}
     }
 }

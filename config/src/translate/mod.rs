@@ -24,7 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::annotations;
 use crate::host::parse_rule_host;
 use crate::model::{
-    HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity, VirtualHost,
+    HostMatch, NextUpstream, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings,
+    Severity, VirtualHost,
 };
 use crate::path::parse_path;
 use crate::snapshot::{Snapshot, SnapshotParts};
@@ -183,7 +184,38 @@ fn route_options(
             None
         }
     };
-    RouteOptions { ssl_redirect, hsts }
+    let next_upstream = match annotations::next_upstream(ann) {
+        Ok((v, unsupported)) => {
+            if !unsupported.is_empty() {
+                p.report(
+                    Severity::Warning,
+                    "UnsupportedAnnotation",
+                    src,
+                    "metadata.annotations[nginx.ingress.kubernetes.io/proxy-next-upstream]",
+                    format!(
+                        "{} not acted on: sluice retries on connection errors only (a timed-out or answered attempt is final)",
+                        unsupported.join(", ")
+                    ),
+                );
+            }
+            v
+        }
+        Err(e) => {
+            p.report(
+                Severity::Warning,
+                "InvalidAnnotation",
+                src,
+                format!("metadata.annotations[{}]", e.name),
+                e.to_string(),
+            );
+            NextUpstream::default()
+        }
+    };
+    RouteOptions {
+        ssl_redirect,
+        hsts,
+        next_upstream,
+    }
 }
 
 /// Translates the world into a snapshot. Never panics; every problem is reported in
@@ -199,7 +231,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     ours.sort_by_cached_key(|i| age_key(i));
 
     let tls = tls::collect(world, &ours, &mut problems);
-    let mut backends = backend::Resolver::new(world, opts.settings.balance);
+    let mut backends = backend::Resolver::new(world, opts.settings.balance.clone());
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
 
@@ -209,24 +241,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
             continue;
         };
         let options = route_options(ing, &src, &opts.settings, &mut problems);
-        let protocol = match annotations::backend_protocol(
-            ing.metadata
-                .annotations
-                .as_ref()
-                .unwrap_or(&BTreeMap::new()),
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.report(
-                    Severity::Warning,
-                    "InvalidAnnotation",
-                    &src,
-                    format!("metadata.annotations[{}]", e.name),
-                    e.to_string(),
-                );
-                None
-            }
-        };
+        let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         if let Some(db) = &spec.default_backend {
             if let Some(existing) = &default_backend {
                 problems.report(
@@ -241,7 +256,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 );
             } else {
                 let action =
-                    backends.resolve(&src, "spec.defaultBackend", db, protocol, &mut problems);
+                    backends.resolve(&src, "spec.defaultBackend", db, &pool, &mut problems);
                 default_backend = Some(Route {
                     path: PathMatch {
                         kind: crate::model::PathKind::Prefix,
@@ -251,7 +266,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     source: src.clone(),
                     options: RouteOptions {
                         ssl_redirect: false,
-                        hsts: options.hsts,
+                        ..options.clone()
                     },
                 });
             }
@@ -316,7 +331,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     &src,
                     &format!("{field}.backend"),
                     &p.backend,
-                    protocol,
+                    &pool,
                     &mut problems,
                 );
                 let mut route_opts = options.clone();

@@ -60,5 +60,15 @@ pub enum H1Error {
     RequestBody(#[source] Box<BodyError>),
 }
 
+impl H1Error {
+    /// Whether the exchange failed on the connection itself before a response head arrived
+    /// (reset, close, I/O error): nothing reached the client, and an idempotent request may go
+    /// to another endpoint. A malformed answer is the upstream's answer and is final; a failed
+    /// request body is the client's.
+    pub fn before_response(&self) -> bool {
+        matches!(self, H1Error::Io(_) | H1Error::Closed)
+    }
+}
+
 #[cfg(test)]
 mod tests;
