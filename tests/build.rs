@@ -51,8 +51,12 @@ fn main() {
     let mut helms = vec!["helm".to_string()];
     if let Some(home) = std::env::var_os("HOME") {
         let go_bin = Path::new(&home).join("go/bin");
-        if go_bin.is_dir() {
-            println!("cargo::rerun-if-changed={}", go_bin.display());
+        // `go install` creates go/bin (and go/) on first use: watch the nearest that exists.
+        if let Some(dir) = [go_bin.clone(), Path::new(&home).join("go")]
+            .into_iter()
+            .find(|d| d.is_dir())
+        {
+            println!("cargo::rerun-if-changed={}", dir.display());
         }
         helms.push(go_bin.join("helm").to_string_lossy().into_owned());
     }

@@ -185,7 +185,16 @@ struct Attempts<'a> {
     attempt: usize,
     fresh: bool,
     why: Option<RetryReason>,
-    last_connect: Option<ConnectError>,
+    last: Option<LastFailure>,
+}
+
+/// The latest failure of a request's attempts: what it ends with if no attempt succeeds.
+enum LastFailure {
+    Connect(ConnectError),
+    Broke(
+        std::net::SocketAddr,
+        Box<dyn std::error::Error + Send + Sync>,
+    ),
 }
 
 impl<'a> Attempts<'a> {
@@ -199,7 +208,7 @@ impl<'a> Attempts<'a> {
             attempt: 0,
             fresh: false,
             why: None,
-            last_connect: None,
+            last: None,
         }
     }
 
@@ -235,15 +244,16 @@ impl<'a> Attempts<'a> {
         self.eject(ep);
         self.cluster.stats.connect_errors.inc();
         self.why = Some(RetryReason::ConnectFailed);
-        self.last_connect = Some(e);
+        self.last = Some(LastFailure::Connect(e));
     }
 
     /// A new connection to `ep` broke under a request that may be replayed: the pod is likely
     /// gone; eject it and replay elsewhere.
-    fn broke_after_send(&mut self, ep: &Endpoint, e: &dyn std::fmt::Display) {
+    fn broke_after_send(&mut self, ep: &Endpoint, e: Box<dyn std::error::Error + Send + Sync>) {
         tracing::debug!(endpoint = %ep.addr, pool = %self.cluster.name, error = %e, "connection broke before the response; replaying on another endpoint");
         self.eject(ep);
         self.again(RetryReason::BrokeAfterSend);
+        self.last = Some(LastFailure::Broke(ep.addr, e));
     }
 
     fn eject(&mut self, ep: &Endpoint) {
@@ -255,12 +265,13 @@ impl<'a> Attempts<'a> {
 
     /// Why no attempt succeeded.
     fn exhausted(self) -> UpstreamError {
-        match self.last_connect {
-            Some(last) => UpstreamError::ConnectFailed {
+        match self.last {
+            Some(LastFailure::Connect(last)) => UpstreamError::ConnectFailed {
                 pool: self.cluster.name.clone(),
                 tries: self.tried.len(),
                 last,
             },
+            Some(LastFailure::Broke(addr, source)) => UpstreamError::Broken { addr, source },
             None => UpstreamError::NoEndpoints(self.cluster.name.clone()),
         }
     }
@@ -414,7 +425,7 @@ pub async fn exchange_h1<H>(
                     tracing::debug!(endpoint = %ep.addr, error = %e, "reused connection broke; replaying");
                     att.again(RetryReason::IdleClosed);
                 } else {
-                    att.broke_after_send(&ep, &e);
+                    att.broke_after_send(&ep, Box::new(e));
                 }
                 body = Some(ReqBody::empty());
             }
@@ -482,7 +493,7 @@ async fn send_h2(
                         tracing::debug!(endpoint = %ep.addr, error = %e.error(), "reused connection broke; replaying");
                         att.again(RetryReason::IdleClosed);
                     } else {
-                        att.broke_after_send(&ep, e.error());
+                        att.broke_after_send(&ep, Box::new(e.into_error()));
                     }
                     pending = Some(r);
                     continue;
@@ -497,3 +508,6 @@ async fn send_h2(
     }
     Err(att.exhausted())
 }
+
+#[cfg(test)]
+mod tests;
