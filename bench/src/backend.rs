@@ -1,6 +1,7 @@
 //! Test backends that behave like pods: fixed-size responses naming the backend, a graceful stop
-//! (close the listener, finish in-flight requests, close idle keep-alive connections) and an
-//! abrupt one (drop everything at once).
+//! (close the listener, finish in-flight requests, close idle keep-alive connections), a fast
+//! one (every connection reset at once, in flight or idle: a server that exits without
+//! draining), and a kill (the process is gone: the kernel closes every socket).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -41,7 +42,16 @@ pub struct Backend {
     /// Requests answered.
     pub requests: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
+    reset: watch::Sender<bool>,
     task: JoinHandle<()>,
+}
+
+/// The stream and a duplicate descriptor of its socket (`dup(2)`).
+fn with_dup(stream: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
+    let std = stream.into_std().ok()?;
+    let dup = std.try_clone().ok()?;
+    let stream = tokio::net::TcpStream::from_std(std).ok()?;
+    Some((stream, dup))
 }
 
 fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
@@ -140,6 +150,7 @@ impl Backend {
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
         let requests = Arc::new(AtomicU64::new(0));
         let (stop, mut stop_rx) = watch::channel(false);
+        let (reset, mut reset_rx) = watch::channel(false);
         let count = Arc::clone(&requests);
         let body = Arc::new(Bytes::from(vec![b'x'; cfg.body_size]));
         let cfg = Arc::new(cfg);
@@ -160,6 +171,10 @@ impl Backend {
                     a = listener.accept() => {
                         let Ok((stream, _)) = a else { continue };
                         let _ = stream.set_nodelay(true);
+                        // A second descriptor of the same socket, kept by the connection task:
+                        // on a reset it sets SO_LINGER 0, so the close sends RST.
+                        let Some((stream, dup)) = with_dup(stream) else { continue };
+                        let mut reset_conn = reset_rx.clone();
                         let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
                         let svc = service_fn(move |req| {
                             let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
@@ -167,9 +182,21 @@ impl Backend {
                         });
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
                         let fut = graceful.watch(conn);
-                        conns.spawn(async move { let _ = fut.await; });
+                        conns.spawn(async move {
+                            tokio::select! {
+                                _ = fut => {}
+                                _ = async { let _ = reset_conn.wait_for(|r| *r).await; } => {
+                                    let _ = socket2::SockRef::from(&dup).set_linger(Some(Duration::ZERO));
+                                }
+                            }
+                        });
                     }
                     _ = stop_rx.changed() => break,
+                    _ = async { let _ = reset_rx.wait_for(|r| *r).await; } => {
+                        drop(listener);
+                        while conns.join_next().await.is_some() {}
+                        return;
+                    }
                 }
             }
             // Like a pod on SIGTERM: the listener is closed (dropped) first, then connections
@@ -182,8 +209,15 @@ impl Backend {
             addr,
             requests,
             stop,
+            reset,
             task,
         }
+    }
+
+    /// Fast stop: the listener closes and every connection, in flight or idle, is reset (RST).
+    pub async fn reset(self) {
+        let _ = self.reset.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
     }
 
     /// Graceful stop: listener closed, in-flight requests finish, keep-alive connections close.
@@ -200,5 +234,47 @@ impl Backend {
     /// Abrupt stop: the accept loop is aborted and every connection task dropped with it is cut.
     pub fn kill(self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_fast_stop_resets_connections_in_flight_and_idle() {
+        let b = Backend::start(
+            "127.0.0.1:0".parse().unwrap(),
+            BackendConfig {
+                name: "b".into(),
+                body_size: 4,
+                http2: false,
+                delay: Duration::ZERO,
+            },
+        )
+        .await
+        .unwrap();
+        let mut idle = TcpStream::connect(b.addr).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        assert!(idle.read(&mut buf).await.unwrap() > 0, "answered");
+        let mut busy = TcpStream::connect(b.addr).await.unwrap();
+        busy.write_all(b"GET /?delay_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let addr = b.addr;
+        b.reset().await;
+        for mut s in [idle, busy] {
+            let e = s.read(&mut buf).await.unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+        }
+        assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
     }
 }

@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice_bench::backend::{Backend, BackendConfig};
 use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
 use sluice_bench::peers::{PeerEnv, PeerKind, Proto};
-use sluice_bench::pods::Removal;
+use sluice_bench::pods::{Removal, StopMode};
 use sluice_bench::scenario::{self, Common, capacity::Capacity};
 use sluice_bench::{certs, report, sys};
 
@@ -79,6 +79,14 @@ struct ScenarioArgs {
     /// Churn: seconds between the two steps of a removal (default 1; quick 0.5).
     #[arg(long)]
     gap: Option<f64>,
+    /// Churn: how a removed pod stops: graceful (SIGTERM handled), fast (every connection
+    /// reset), kill, or mixed (the three in turn).
+    #[arg(long, value_enum, default_value_t = StopMode::Mixed)]
+    stop: StopMode,
+    /// Churn: stop each removed pod this many seconds after its endpoint is removed (0: as it
+    /// goes). Shorthand for --removal before --gap S.
+    #[arg(long, conflicts_with_all = ["removal", "gap"])]
+    stop_delay: Option<f64>,
     /// Load generator connect and response timeout (seconds; wrk's default is 2).
     #[arg(long, default_value_t = 2.0)]
     timeout: f64,
@@ -543,8 +551,13 @@ async fn run_scenario(
             sluice_log_level: a.sluice_log_level.clone(),
             log_dir: Some(out.join("logs")),
         },
-        removal: a.removal,
-        gap: a.gap.map(Duration::from_secs_f64),
+        removal: if a.stop_delay.is_some() {
+            Removal::Before
+        } else {
+            a.removal
+        },
+        gap: a.stop_delay.or(a.gap).map(Duration::from_secs_f64),
+        stop: a.stop,
         proxy_cores: cores,
         ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
         rounds: a.rounds as usize,

@@ -27,6 +27,39 @@ pub enum Removal {
     Vanish,
 }
 
+/// How a removed pod stops (`--stop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum StopMode {
+    /// SIGTERM handled well: listener closed, in-flight requests finish, idle connections close.
+    Graceful,
+    /// A server that exits without draining: every connection reset (RST), in flight or idle.
+    Fast,
+    /// SIGKILL: the process is gone and the kernel closes its sockets.
+    Kill,
+    /// Graceful, fast and kill in turn, one per scale-down.
+    Mixed,
+}
+
+impl StopMode {
+    /// The concrete mode of the `n`th scale-down (0-based).
+    pub fn nth(self, n: usize) -> StopMode {
+        match self {
+            StopMode::Mixed => [StopMode::Graceful, StopMode::Fast, StopMode::Kill][n % 3],
+            m => m,
+        }
+    }
+
+    /// The verb for the timeline.
+    pub fn verb(self) -> &'static str {
+        match self {
+            StopMode::Graceful => "SIGTERM",
+            StopMode::Fast => "reset",
+            StopMode::Kill => "kill",
+            StopMode::Mixed => "stop",
+        }
+    }
+}
+
 /// One backend pod.
 #[derive(Debug)]
 pub struct Pod {
@@ -53,6 +86,15 @@ impl Terminating {
     /// SIGKILL-like: every connection cut at once.
     pub fn kill(&mut self, pod: Pod) {
         pod.backend.kill();
+    }
+
+    /// Stops a pod the way `mode` says (a concrete mode; `Mixed` counts as graceful).
+    pub fn stop(&mut self, pod: Pod, mode: StopMode) {
+        match mode {
+            StopMode::Graceful | StopMode::Mixed => self.sigterm(pod),
+            StopMode::Fast => self.drains.push(tokio::spawn(pod.backend.reset())),
+            StopMode::Kill => self.kill(pod),
+        }
     }
 
     /// Drops every packet to and from these pods' ports on loopback, all in one atomic

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 use crate::peers::Peer;
-use crate::pods::{Pods, Removal, Terminating};
+use crate::pods::{Pods, Removal, StopMode, Terminating};
 use crate::report::{Event, PeerResult, Propagation};
 
 /// When and how the backends churn.
@@ -29,6 +29,8 @@ pub struct ChurnPlan {
     pub removal: Removal,
     /// Time between the two steps of a removal (before/after/kill).
     pub gap: Duration,
+    /// How a removed pod stops (for before/with/after; kill and vanish say it themselves).
+    pub stop: StopMode,
 }
 
 /// What the churn driver produced.
@@ -97,6 +99,7 @@ pub async fn drive(
     let mut out = Vec::new();
     let last = t0 + plan.duration.saturating_sub(Duration::from_millis(500));
     let mut t = t0 + plan.start;
+    let mut downs = 0;
     while t < last {
         sleep_until(t).await;
         let before = pods.live.len();
@@ -115,7 +118,8 @@ pub async fn drive(
             break;
         }
         sleep_until(t).await;
-        scale_down(peer, pods, term, t0, plan, &mut out).await;
+        scale_down(peer, pods, term, t0, (plan, plan.stop.nth(downs)), &mut out).await;
+        downs += 1;
         t += plan.down_hold;
     }
     out
@@ -126,7 +130,7 @@ async fn scale_down(
     pods: &mut Pods,
     term: &mut Terminating,
     t0: Instant,
-    plan: &ChurnPlan,
+    (plan, stop): (&ChurnPlan, StopMode),
     out: &mut Vec<Driven>,
 ) {
     let n = pods.live.len();
@@ -142,28 +146,22 @@ async fn scale_down(
         Removal::Before => {
             change(peer, t0, &eps, what, out).await;
             tokio::time::sleep(plan.gap).await;
-            mark(t0, format!("SIGTERM {names}"), out);
-            victims.into_iter().for_each(|p| term.sigterm(p));
+            mark(t0, format!("{} {names}", stop.verb()), out);
+            victims.into_iter().for_each(|p| term.stop(p, stop));
         }
         Removal::With => {
-            mark(t0, format!("SIGTERM {names}"), out);
-            victims.into_iter().for_each(|p| term.sigterm(p));
+            mark(t0, format!("{} {names}", stop.verb()), out);
+            victims.into_iter().for_each(|p| term.stop(p, stop));
             change(peer, t0, &eps, what, out).await;
         }
         Removal::After | Removal::Kill => {
-            let verb = if plan.removal == Removal::Kill {
-                "kill"
+            let stop = if plan.removal == Removal::Kill {
+                StopMode::Kill
             } else {
-                "SIGTERM"
+                stop
             };
-            mark(t0, format!("{verb} {names}"), out);
-            for p in victims {
-                if plan.removal == Removal::Kill {
-                    term.kill(p);
-                } else {
-                    term.sigterm(p);
-                }
-            }
+            mark(t0, format!("{} {names}", stop.verb()), out);
+            victims.into_iter().for_each(|p| term.stop(p, stop));
             tokio::time::sleep(plan.gap).await;
             change(peer, t0, &eps, what, out).await;
         }
@@ -242,6 +240,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         high: 7,
         removal: c.removal,
         gap,
+        stop: c.stop,
     };
     let variant = format!("{proto:?}").to_lowercase();
     let mut env = c.env.clone();
@@ -291,14 +290,26 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
             "{:?}: {} (gap {:.1}s)",
             c.removal,
             match c.removal {
-                Removal::Before => "endpoint removed, then SIGTERM after the gap",
-                Removal::With => "SIGTERM and endpoint removal at the same moment",
-                Removal::After => "SIGTERM (listener closed, in-flight finish, idle keep-alive closed), endpoint removed after the gap",
+                Removal::Before => "endpoint removed (the change applied where the peer can tell), then the pod stops after the gap",
+                Removal::With => "the pod stops and its endpoint is removed at the same moment",
+                Removal::After => "the pod stops, its endpoint is removed after the gap (the race without a preStop hook)",
                 Removal::Kill => "abrupt kill (connections cut), endpoint removed after the gap",
                 Removal::Vanish => "pod vanishes (loopback iptables DROP, no RST) and its endpoint is removed at once",
             },
             gap.as_secs_f64()
         ));
+        if matches!(c.removal, Removal::Before | Removal::With | Removal::After) {
+            settings.insert("stop".into(), format!(
+                "{:?}: {}",
+                c.stop,
+                match c.stop {
+                    StopMode::Graceful => "SIGTERM handled well: listener closed, in-flight requests finish, idle keep-alive connections closed",
+                    StopMode::Fast => "every connection reset (RST) at once, in flight or idle",
+                    StopMode::Kill => "killed: the kernel closes every socket at once",
+                    StopMode::Mixed => "graceful, fast (reset) and kill in turn, one per scale-down",
+                }
+            ));
+        }
     }
     let what = if q {
         format!(

@@ -271,6 +271,8 @@ pub struct Common {
     pub removal: crate::pods::Removal,
     /// Churn: time between the two steps of a removal.
     pub gap: Option<Duration>,
+    /// Churn: how a removed pod stops.
+    pub stop: crate::pods::StopMode,
     /// Cores given to the proxy.
     pub proxy_cores: usize,
     /// Ingress counts for the scale scenario.
