@@ -13,7 +13,7 @@ use sluice_proxy::upstream_tls::UpstreamTls;
 use sluice_proxy::{DataPlane, ProxySettings, Server, ServerOptions};
 use tokio::task::JoinHandle;
 
-use crate::cli::{Balance, CommonArgs, listen_addr};
+use crate::cli::{Balance, CommonArgs, LogFormat, listen_addr};
 
 /// Default listen addresses for a mode.
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +113,10 @@ impl Running {
                 ..UpstreamSettings::default()
             },
             default_certificate,
+            access_log: c.access_log.then_some(match c.log_format {
+                LogFormat::Text => sluice_proxy::access::Format::Text,
+                LogFormat::Json => sluice_proxy::access::Format::Json,
+            }),
         };
         let dp =
             DataPlane::new(settings, default_cert).context("creating the default certificate")?;

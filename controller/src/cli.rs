@@ -133,6 +133,10 @@ pub struct CommonArgs {
     /// PEM CA bundle to verify HTTPS upstreams (verification is off without it).
     #[arg(long, env = "SLUICE_UPSTREAM_CA_FILE")]
     pub upstream_ca_file: Option<PathBuf>,
+    /// Access log on stdout, one line per request with ingress-nginx's fields (JSON with
+    /// --log-format json). Off by default.
+    #[arg(long, env = "SLUICE_ACCESS_LOG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub access_log: bool,
     /// Balancing policy of every pool (an Ingress may choose its own with the `load-balance`
     /// annotation).
     #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::LeastRequest)]

@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use sluice_config::{ClusterKey, EndpointSpec, Snapshot};
 
+use crate::access::AccessLog;
 use crate::cluster::Cluster;
 use crate::metrics::{CertInfoLabels, CertLabels, EndpointLabels, Metrics, ResultLabels};
 use crate::pool::PoolRegistry;
@@ -60,6 +61,7 @@ pub struct DataPlane {
     pub metrics: Metrics,
     /// Settings.
     pub settings: ProxySettings,
+    access: Option<AccessLog>,
     applied_once: AtomicBool,
     listening: AtomicBool,
     draining: AtomicBool,
@@ -99,6 +101,11 @@ impl DataPlane {
             }),
             pools: PoolRegistry::new(settings.upstream.clone()),
             metrics: Metrics::new(),
+            access: settings.access_log.and_then(|f| {
+                AccessLog::stdout(f)
+                    .map_err(|e| tracing::error!(error = %e, "access log not started"))
+                    .ok()
+            }),
             settings,
             applied_once: AtomicBool::new(false),
             listening: AtomicBool::new(false),
@@ -117,6 +124,11 @@ impl DataPlane {
     /// how many (see [`crate::pool::HostPool::sweep_idle`]).
     pub fn sweep_idle_connections(&self) -> usize {
         self.pools.sweep_idle()
+    }
+
+    /// The access log, when it is on.
+    pub fn access_log(&self) -> Option<&AccessLog> {
+        self.access.as_ref()
     }
 
     /// The route table (requests call this once each).

@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use sluice_config::host::{HostBuf, normalize_request_host};
 use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 
+use crate::access::{self, RouteSeen, UpstreamSeen};
 use crate::balance::{KeySource, request_hash};
 use crate::body::{ReqBody, RespBody};
 use crate::cluster::Cluster;
@@ -54,6 +55,9 @@ pub(crate) struct FastReq {
     pub host: (usize, usize),
     /// The client keeps the connection open after this request.
     pub keep_alive: bool,
+    /// The `X-Request-ID` to send when the client sent none (set when access logging, so the
+    /// log and the upstream agree).
+    pub request_id: Option<[u8; 32]>,
 }
 
 impl FastReq {
@@ -64,7 +68,12 @@ impl FastReq {
 
     /// The request for the general handler.
     fn into_request(self, spans: &[Span]) -> Result<Request<Option<Incoming>>, StatusCode> {
-        let headers = header_map(&self.head, spans, 0).ok_or(StatusCode::BAD_REQUEST)?;
+        let mut headers = header_map(&self.head, spans, 1).ok_or(StatusCode::BAD_REQUEST)?;
+        if let Some(id) = self.request_id
+            && let Ok(v) = HeaderValue::from_bytes(&id)
+        {
+            headers.insert("x-request-id", v);
+        }
         let mut r = Request::new(None);
         *r.method_mut() = self.method;
         *r.uri_mut() = self.uri;
@@ -90,6 +99,8 @@ pub(crate) struct Direct {
     drop_length: bool,
     /// `Strict-Transport-Security` to set (TLS client, route asks for it).
     hsts: Option<HeaderValue>,
+    /// Route and upstream, when access logging.
+    logged: Option<Box<(RouteSeen, UpstreamSeen)>>,
 }
 
 /// Whether a `Host` value can be routed here as it is: what `HeaderValue::to_str` (the general
@@ -222,7 +233,9 @@ async fn forward(
     started: Instant,
 ) -> Answer {
     let s = &dp.settings;
-    let up_head = request_head(&req, spans, &conn.proxy_headers());
+    let mut fwd = conn.proxy_headers();
+    fwd.request_id = req.request_id;
+    let up_head = request_head(&req, spans, &fwd);
     let head_request = req.is_head();
     let local_answer = |resp| Answer::General(finish(dp, conn, action, resp, true, started));
     let answer = {
@@ -265,6 +278,7 @@ async fn forward(
         in_flight,
         endpoint,
         answered,
+        retries,
     } = answer;
     if head.status == StatusCode::SWITCHING_PROTOCOLS {
         // Nobody asked to switch: passing it on would leave the client speaking a protocol we
@@ -287,15 +301,38 @@ async fn forward(
         head.status.as_u16(),
         answered.saturating_duration_since(started),
     );
+    let logged = dp.access_log().map(|_| {
+        Box::new((
+            action.names.clone(),
+            UpstreamSeen {
+                addr: endpoint.addr,
+                status: head.status.as_u16(),
+                duration: answered.saturating_duration_since(started),
+                retries,
+            },
+        ))
+    });
     Answer::Direct(Direct {
         body: H1Body::new(upconn, f.framing, f.keep_alive, in_flight, upload),
         head,
         drop_length: f.drop_length,
         hsts: if conn.tls { action.hsts.clone() } else { None },
+        logged,
     })
 }
 
 impl Direct {
+    /// What the access log says of this answer (the body's length comes from the written
+    /// head's framing).
+    pub(crate) fn answered(&self) -> access::Answered {
+        access::Answered {
+            status: self.head.status.as_u16(),
+            bytes: None,
+            route: self.logged.as_ref().map(|l| l.0.clone()),
+            upstream: self.logged.as_ref().map(|l| l.1),
+        }
+    }
+
     /// Writes the response head into `out` (what [`crate::forward`]'s general path would send
     /// for the same answer) and returns the body with its framing.
     pub(crate) fn write_head(
@@ -310,6 +347,7 @@ impl Direct {
             body,
             drop_length,
             hsts,
+            logged: _,
         } = self;
         let bytes = &head.bytes[..];
         // Rare: a `Connection` header naming other fields, which are hop-by-hop too.
@@ -383,6 +421,7 @@ mod tests {
             client_ip: &ip,
             tls: false,
             port: &port,
+            request_id: None,
         };
         String::from_utf8(request_head(&req, &spans, &fwd).to_vec()).unwrap()
     }

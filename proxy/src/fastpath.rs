@@ -30,10 +30,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::access;
 use crate::dataplane::DataPlane;
 use crate::direct::{self, Answer, FastReq};
 use crate::forward::ConnInfo;
-use crate::h1::decode::{Span, lists};
+use crate::h1::decode::{Span, fields, lists};
 use crate::h1::field::Field;
 use crate::respond::{respond, send_body};
 
@@ -168,7 +169,23 @@ pub(crate) fn parse(
         hosts,
         host,
         keep_alive,
+        request_id: None,
     }))
+}
+
+/// What the access log needs of a fast-path request. A request without `X-Request-ID` gets
+/// one, which the upstream will be sent too.
+fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
+    let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = &req.head[req.host.0..req.host.1];
+    match fields(&req.head, spans).find(|(n, _)| Field::of(n) == Field::XRequestId) {
+        Some((_, id)) => access::Seen::raw(&req.method, path, host, id),
+        None => {
+            let id = crate::forwarded::new_request_id();
+            req.request_id = Some(id);
+            access::Seen::raw(&req.method, path, host, &id)
+        }
+    }
 }
 
 /// A short local answer that ends the connection (bad request, head too large).
@@ -267,10 +284,14 @@ where
                 Ok(_) => {}
             }
         };
-        let req = match parsed {
+        let mut req = match parsed {
             Parsed::Fast(r) => r,
             Parsed::Other | Parsed::Partial => return Outcome::HandOver(io, rbuf.freeze()),
         };
+        let logging = fp
+            .dp
+            .access_log()
+            .map(|_| (seen(&mut req, &spans), std::time::Instant::now()));
         let (keep_alive, head_request) = (req.keep_alive, req.is_head());
         let limit = fp.max_header_size.saturating_add(READ_SIZE);
         // Pinned where it is made: the handling future is large, and moving it into
@@ -283,21 +304,36 @@ where
         let Some(answer) = answer else {
             return Outcome::Closed;
         };
+        let mut answered = None;
         let written = match answer {
             Answer::Direct(d) => {
                 let close = !keep_alive || fp.dp.is_draining();
+                if logging.is_some() {
+                    answered = Some(d.answered());
+                }
                 let (body, framing) = d.write_head(&mut out, &spans, head_request, close);
+                if let Some(a) = answered.as_mut() {
+                    a.bytes = framing.declared();
+                }
                 send_body(&mut io, &mut out, body, framing)
                     .await
                     .map(|clean| clean && !close)
             }
             Answer::General(resp) => {
+                if logging.is_some() {
+                    answered = Some(access::Answered::of(&resp));
+                }
                 let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
                 respond(&mut io, &mut out, resp, head_request, close)
                     .await
                     .map(|clean| clean && !close)
             }
         };
+        if let (Some((seen, started)), Some(a), Some(log)) =
+            (&logging, &answered, fp.dp.access_log())
+        {
+            log.record(fp.info.remote.ip(), seen, a, *started);
+        }
         if !matches!(written, Ok(true)) {
             let _ = io.shutdown().await;
             return Outcome::Closed;

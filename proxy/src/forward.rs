@@ -13,6 +13,7 @@ use sluice_config::host::{HostBuf, normalize_request_host, strip_port};
 use sluice_config::{BalancePolicy, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
+use crate::access::{self, UpstreamSeen};
 use crate::balance::{KeySource, request_hash};
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
@@ -58,6 +59,7 @@ impl ConnInfo {
             client_ip: &self.client_ip,
             tls: self.tls,
             port: &self.local_port,
+            request_id: None,
         }
     }
 }
@@ -178,10 +180,27 @@ fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
 pub async fn handle(
     dp: Arc<DataPlane>,
     conn: Arc<ConnInfo>,
-    req: Request<Option<Incoming>>,
+    mut req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
     let table = dp.routes();
-    handle_in(&table, &dp, &conn, req, Instant::now()).await
+    let started = Instant::now();
+    let Some(log) = dp.access_log() else {
+        return handle_in(&table, &dp, &conn, req, started).await;
+    };
+    let seen = access::Seen::of(
+        &req.method().clone(),
+        &req.uri().clone(),
+        req.version(),
+        req.headers_mut(),
+    );
+    let resp = handle_in(&table, &dp, &conn, req, started).await;
+    log.record(
+        conn.remote.ip(),
+        &seen,
+        &access::Answered::of(&resp),
+        started,
+    );
+    resp
 }
 
 /// [`handle`] with the route table already loaded (by the fast path, which looked the request
@@ -249,6 +268,9 @@ pub(crate) fn finish(
     action
         .stats
         .record(resp.status().as_u16(), started.elapsed());
+    if dp.access_log().is_some() {
+        resp.extensions_mut().insert(action.names.clone());
+    }
     resp
 }
 
@@ -344,6 +366,7 @@ async fn route(
     let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
     let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
     let fwd = conn.proxy_headers();
+    let sent = Instant::now();
     let delivered = match tokio::time::timeout(
         s.request_timeout,
         upstream::send(cluster, up_req, plan, &fwd),
@@ -355,9 +378,20 @@ async fn route(
         Ok(Ok(d)) => d,
     };
     let upstream::Delivered {
-        response, upgrade, ..
+        response,
+        upgrade,
+        endpoint,
+        retries,
     } = delivered;
     let (mut rparts, rbody) = response.into_parts();
+    if dp.access_log().is_some() {
+        rparts.extensions.insert(UpstreamSeen {
+            addr: endpoint.addr,
+            status: rparts.status.as_u16(),
+            duration: sent.elapsed(),
+            retries,
+        });
+    }
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         // The connection now belongs to the tunnel; it never goes back to the pool.
         let (Some(client), Some(up)) = (client_upgrade, upgrade) else {

@@ -28,6 +28,9 @@ pub struct ProxyHeaders<'a> {
     pub tls: bool,
     /// Our port the client connected to, rendered once per connection.
     pub port: &'a HeaderValue,
+    /// The `X-Request-ID` to send when the client sent none (already given to the access
+    /// log); `None` generates one.
+    pub request_id: Option<[u8; 32]>,
 }
 
 /// A fresh request ID: 128 random bits as 32 hex digits.
@@ -96,7 +99,8 @@ impl ProxyHeaders<'_> {
         }
         put_field(out, b"x-forwarded-port", self.port.as_bytes());
         if !has_id {
-            put_field(out, b"x-request-id", &new_request_id());
+            let id = self.request_id.unwrap_or_else(new_request_id);
+            put_field(out, b"x-request-id", &id);
         }
     }
 
@@ -121,7 +125,7 @@ impl ProxyHeaders<'_> {
         };
         h.insert(X_FORWARDED_PORT.clone(), self.port.clone());
         if !h.contains_key(&X_REQUEST_ID)
-            && let Ok(v) = HeaderValue::from_bytes(&new_request_id())
+            && let Ok(v) = HeaderValue::from_bytes(&self.request_id.unwrap_or_else(new_request_id))
         {
             h.insert(X_REQUEST_ID.clone(), v);
         }
@@ -159,6 +163,7 @@ mod tests {
             client_ip: &ip,
             tls: true,
             port: &port,
+            request_id: None,
         };
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("a.example"));
@@ -199,6 +204,7 @@ mod tests {
             client_ip: &ip,
             tls: false,
             port: &port,
+            request_id: None,
         };
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("abc"));

@@ -6,6 +6,7 @@
 //! never swapped. A request loads the route table once and finishes on what it loaded.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 pub mod balance;
 pub mod body;

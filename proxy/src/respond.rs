@@ -64,6 +64,13 @@ pub(crate) struct BodyFraming {
     chunked: bool,
 }
 
+impl BodyFraming {
+    /// The length the head announced, if it did.
+    pub(crate) fn declared(&self) -> Option<u64> {
+        self.declared
+    }
+}
+
 impl<'a> HeadWriter<'a> {
     /// Clears `out` and writes the status line.
     pub(crate) fn new(out: &'a mut BytesMut, status: StatusCode) -> Self {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 use sluice_config::{ClusterKey, NextUpstream, Route, RouteAction, RouteRef, Snapshot};
 
+use crate::access::RouteSeen;
 use crate::cluster::Cluster;
 use crate::metrics::{Metrics, RouteStats};
 
@@ -32,6 +33,8 @@ pub struct Action {
     pub hsts: Option<HeaderValue>,
     /// Retry rules.
     pub next_upstream: NextUpstream,
+    /// The Ingress and service, for the access log.
+    pub names: RouteSeen,
     /// Metric handles.
     pub stats: RouteStats,
 }
@@ -79,6 +82,10 @@ fn compile_route(
         hsts,
         next_upstream: r.options.next_upstream,
         stats: RouteStats::new(metrics, &ingress, &service),
+        names: RouteSeen {
+            ingress: Arc::from(ingress.as_str()),
+            service: Arc::from(service.as_str()),
+        },
     }
 }
 

@@ -21,6 +21,8 @@ pub struct ProxySettings {
     pub upstream: UpstreamSettings,
     /// Secret whose certificate is the default (unknown or missing SNI).
     pub default_certificate: Option<ObjectRef>,
+    /// Access log on stdout, in this format (off when `None`).
+    pub access_log: Option<crate::access::Format>,
 }
 
 impl Default for ProxySettings {
@@ -32,6 +34,7 @@ impl Default for ProxySettings {
             https_port: 443,
             upstream: UpstreamSettings::default(),
             default_certificate: None,
+            access_log: None,
         }
     }
 }

@@ -153,7 +153,7 @@ fn left_axis(s: &mut String, (l, y0, ph): (f64, f64, f64), maxbar: f64) {
     let cy = y0 + ph / 2.0;
     let _ = write!(
         s,
-        r##"<text x="{}" y="{cy}" transform="rotate(-90 {} {cy})" text-anchor="middle" font-size="11">requests / s</text>"##,
+        r##"<text x="{}" y="{cy}" transform="rotate(-90 {} {cy})" text-anchor="middle" font-size="11">failed, idle closes / s</text>"##,
         l - 48.0,
         l - 48.0
     );
@@ -210,7 +210,7 @@ pub fn timeline(r: &Report, ran: &[&PeerResult]) -> String {
     );
     let _ = write!(
         s,
-        r##"<text x="{l}" y="22" font-size="16">Per second: failed requests (red), idle connections closed by the server (orange), p99 (blue, log, right axis)</text><text x="{l}" y="40" fill="#555">dashed green: endpoint change; dotted grey: SIGTERM/kill/vanish only — {}</text>"##,
+        r##"<text x="{l}" y="22" font-size="16">Per second: failed requests (red), idle connections closed by the server (orange), p99 (blue, log, right axis)</text><text x="{l}" y="40" fill="#555">dashed green: endpoint change; dotted grey: pod stopped (SIGTERM, reset or kill) or vanished — {}</text>"##,
         esc(&r.scenario)
     );
     for (i, p) in ran.iter().enumerate() {
@@ -344,7 +344,7 @@ mod tests {
         };
         let svg = timeline(&r, &[&p]);
         for want in [
-            "requests / s",
+            "failed, idle closes / s",
             "p99 latency (log)",
             ">0.1ms<",
             ">1ms<",

@@ -112,6 +112,7 @@ pub(super) mod tests {
             client_ip: &IP,
             tls: false,
             port: &PORT,
+            request_id: None,
         }
     }
 

@@ -88,6 +88,8 @@ pub struct Delivered {
     pub upgrade: Option<UpstreamUpgrade>,
     /// The endpoint that answered.
     pub endpoint: Arc<Endpoint>,
+    /// Attempts before the one that answered.
+    pub retries: u32,
 }
 
 /// Whether a request with this method may be sent twice (RFC 9110 §9.2.2).
@@ -232,6 +234,11 @@ impl<'a> Attempts<'a> {
         Some(ep)
     }
 
+    /// Attempts made before the current one.
+    fn retries(&self) -> u32 {
+        u32::try_from(self.attempt.saturating_sub(1)).unwrap_or(u32::MAX)
+    }
+
     /// Another attempt follows for this reason; `fresh`: on a new connection.
     fn again(&mut self, why: RetryReason) {
         self.why = Some(why);
@@ -320,6 +327,7 @@ async fn send_h1(
         upload,
         in_flight,
         endpoint,
+        retries,
         ..
     } = answer;
     let (rframing, keep_alive) =
@@ -343,6 +351,7 @@ async fn send_h1(
         response,
         upgrade,
         endpoint,
+        retries,
     })
 }
 
@@ -363,6 +372,8 @@ pub struct H1Answer<H> {
     pub endpoint: Arc<Endpoint>,
     /// When the response head arrived.
     pub answered: Instant,
+    /// Attempts before the one that answered.
+    pub retries: u32,
 }
 
 /// Sends an encoded request head (and `body`) to `cluster` over HTTP/1, following the retry
@@ -408,6 +419,7 @@ pub async fn exchange_h1<H>(
                     in_flight: flight,
                     endpoint: ep,
                     answered,
+                    retries: att.retries(),
                 });
             }
             Err(SendError::Unsent { body: b, error }) => {
@@ -479,6 +491,7 @@ async fn send_h2(
                     response: Response::from_parts(rparts, RespBody::H2 { inner, in_flight }),
                     upgrade: None,
                     endpoint: ep,
+                    retries: att.retries(),
                 });
             }
             Err(mut e) => {

@@ -1,0 +1,194 @@
+//! The access log as an operator reads it: `sluice serve --access-log --log-format json` on
+//! stdout, one JSON object per request, for requests the fast path forwards, ones the general
+//! handler takes (a body), local answers (404, 503) — and a failed request's 5xx also named in
+//! the warn log on stderr, with its reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A pod that answers every request on a connection with 200 "ok".
+fn pod() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    let n = match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
+                        let body = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() < end + 4 + body {
+                            break;
+                        }
+                        seen.drain(..end + 4 + body);
+                        let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(r).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn manifests(dir: &std::path::Path, pod: SocketAddr) {
+    let yaml = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: sluice}}\nspec: {{controller: sluice.dev/ingress-controller}}\n---\n\
+apiVersion: v1\nkind: Service\nmetadata: {{name: svc, namespace: default}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n---\n\
+apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc-1, namespace: default, labels: {{kubernetes.io/service-name: svc}}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"127.0.0.1\"]}}]\n---\n\
+apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: default}}\nspec:\n  ingressClassName: sluice\n  rules:\n  - host: app.test\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: svc, port: {{number: 80}}}}}}}}]}}\n  - host: ghost.test\n    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: nope, port: {{number: 80}}}}}}}}]}}\n",
+        port = pod.port()
+    );
+    std::fs::write(dir.join("all.yaml"), yaml).unwrap();
+}
+
+fn request(addr: SocketAddr, raw: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn json_access_log_has_a_line_per_request_and_5xx_are_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), pod());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--manifests"])
+        .arg(dir.path())
+        .args(["--http-listen", "127.0.0.1:0", "--https-listen", "off"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--access-log",
+            "--log-format",
+            "json",
+        ])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines_of(child.stdout.take().unwrap());
+    let err = lines_of(child.stderr.take().unwrap());
+    let mut http = None;
+    while http.is_none() {
+        let line = err
+            .recv_timeout(Duration::from_secs(20))
+            .expect("sluice started");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["message"] == "listening" {
+            http = v["http"].as_str().map(|a| a.parse::<SocketAddr>().unwrap());
+        }
+    }
+    let http = http.unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let fast = request(
+        http,
+        "GET /a?b=1 HTTP/1.1\r\nHost: app.test\r\nX-Request-ID: rid-1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(fast.starts_with("HTTP/1.1 200"), "{fast}");
+    let general = request(
+        http,
+        "POST /p HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+    );
+    assert!(general.starts_with("HTTP/1.1 200"), "{general}");
+    let missing = request(
+        http,
+        "GET / HTTP/1.1\r\nHost: nobody.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    let ghost = request(
+        http,
+        "GET / HTTP/1.1\r\nHost: ghost.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(ghost.starts_with("HTTP/1.1 503"), "{ghost}");
+
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let line = out
+            .recv_timeout(Duration::from_secs(10))
+            .expect("an access line per request");
+        got.push(
+            serde_json::from_str::<serde_json::Value>(&line)
+                .unwrap_or_else(|e| panic!("{e}: {line}")),
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let by_host = |h: &str| got.iter().find(|v| v["host"] == h).unwrap().clone();
+    let fast = got
+        .iter()
+        .find(|v| v["method"] == "GET" && v["host"] == "app.test")
+        .unwrap();
+    assert_eq!(fast["path"], "/a?b=1");
+    assert_eq!(fast["status"], 200);
+    assert_eq!(fast["bytes"], 2);
+    assert_eq!(fast["client"], "127.0.0.1");
+    assert_eq!(fast["request_id"], "rid-1");
+    assert_eq!(fast["ingress"], "default/web");
+    assert_eq!(fast["service"], "default/svc:80");
+    assert_eq!(fast["upstream_status"], 200);
+    assert!(fast["upstream"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert_eq!(fast["retries"], 0);
+    let post = got.iter().find(|v| v["method"] == "POST").unwrap();
+    assert_eq!(post["status"], 200);
+    assert_eq!(post["request_id"].as_str().unwrap().len(), 32, "generated");
+    assert_eq!(post["upstream_status"], 200);
+    let nobody = by_host("nobody.test");
+    assert_eq!(nobody["status"], 404);
+    assert!(nobody["upstream"].is_null());
+    let ghost = by_host("ghost.test");
+    assert_eq!(ghost["status"], 503);
+    assert_eq!(ghost["ingress"], "default/web");
+
+    // The 503 is also explained on stderr: which Ingress, and why.
+    let mut explained = false;
+    while let Ok(line) = err.recv_timeout(Duration::from_millis(500)) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["level"] == "WARN" && v["status"] == 503 {
+            let msg = v["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains("default/web") && msg.contains("nope"),
+                "{line}"
+            );
+            explained = true;
+        }
+    }
+    assert!(explained, "no warn line for the 503");
+}
