@@ -16,11 +16,11 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue, Method, Response, Version};
+use prometheus_client::metrics::counter::Counter;
 
 /// Lines waiting for the writer before new ones are dropped.
 const QUEUE: usize = 16 * 1024;
@@ -145,17 +145,21 @@ impl Answered {
 pub struct AccessLog {
     format: Format,
     tx: SyncSender<String>,
-    dropped: AtomicU64,
+    dropped: Counter,
 }
 
 impl AccessLog {
-    /// A log written to stdout by its own thread.
-    pub fn stdout(format: Format) -> std::io::Result<Self> {
-        Self::to_writer(format, Box::new(std::io::stdout()))
+    /// A log written to stdout by its own thread; dropped lines are counted in `dropped`.
+    pub fn stdout(format: Format, dropped: Counter) -> std::io::Result<Self> {
+        Self::to_writer(format, Box::new(std::io::stdout()), dropped)
     }
 
     /// A log written to `w` by its own thread (tests give it a pipe or a buffer).
-    pub fn to_writer(format: Format, w: Box<dyn Write + Send>) -> std::io::Result<Self> {
+    pub fn to_writer(
+        format: Format,
+        w: Box<dyn Write + Send>,
+        dropped: Counter,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("sluice-access-log".into())
@@ -163,13 +167,13 @@ impl AccessLog {
         Ok(Self {
             format,
             tx,
-            dropped: AtomicU64::new(0),
+            dropped,
         })
     }
 
     /// Lines dropped because the writer fell behind.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.dropped.get()
     }
 
     /// Logs one request.
@@ -178,7 +182,7 @@ impl AccessLog {
         match self.tx.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.dropped.inc();
             }
         }
     }
@@ -369,7 +373,8 @@ mod tests {
     }
 
     fn sample(format: Format) -> String {
-        let log = AccessLog::to_writer(format, Box::new(std::io::sink())).unwrap();
+        let log =
+            AccessLog::to_writer(format, Box::new(std::io::sink()), Counter::default()).unwrap();
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("app.test"));
         h.insert("x-request-id", HeaderValue::from_static("id \"1\""));
@@ -461,7 +466,8 @@ mod tests {
     #[test]
     fn lines_reach_the_writer_and_a_stuck_writer_drops_instead_of_blocking() {
         let buf = Buf::default();
-        let log = AccessLog::to_writer(Format::Json, Box::new(buf.clone())).unwrap();
+        let log =
+            AccessLog::to_writer(Format::Json, Box::new(buf.clone()), Counter::default()).unwrap();
         let mut h = HeaderMap::new();
         let seen = Seen::of(
             &Method::GET,
@@ -504,7 +510,8 @@ mod tests {
                 Ok(())
             }
         }
-        let stuck = AccessLog::to_writer(Format::Text, Box::new(Stuck)).unwrap();
+        let stuck =
+            AccessLog::to_writer(Format::Text, Box::new(Stuck), Counter::default()).unwrap();
         let t = Instant::now();
         for _ in 0..(QUEUE + 100) {
             stuck.record("127.0.0.1".parse().unwrap(), &seen, &a, Instant::now());

@@ -23,6 +23,8 @@ pub struct ClusterStats {
     pub retries: [prometheus_client::metrics::counter::Counter; 4],
     /// Ejections.
     pub ejections: prometheus_client::metrics::counter::Counter,
+    /// Time from sending to the response head.
+    pub response_duration: crate::metrics::AtomicHistogram,
 }
 
 /// An upstream pool. Kept across snapshots as long as its key, protocol and policy stay; only
@@ -97,6 +99,9 @@ impl Cluster {
                     })
                 }),
                 ejections: metrics.ejections.get_or_create_owned(&labels),
+                response_duration: metrics
+                    .upstream_response_duration
+                    .get_or_create_owned(&labels),
             },
             name,
             rr: AtomicUsize::new(fastrand::usize(..)),

@@ -12,7 +12,9 @@ use sluice_config::{ClusterKey, EndpointSpec, Snapshot};
 
 use crate::access::AccessLog;
 use crate::cluster::Cluster;
-use crate::metrics::{CertInfoLabels, CertLabels, EndpointLabels, Metrics, ResultLabels};
+use crate::metrics::{
+    CertInfoLabels, CertLabels, EndpointLabels, HandshakeStats, Metrics, ResultLabels,
+};
 use crate::pool::PoolRegistry;
 use crate::routes::RouteTable;
 use crate::settings::ProxySettings;
@@ -59,6 +61,8 @@ pub struct DataPlane {
     pools: PoolRegistry,
     /// Metric families.
     pub metrics: Metrics,
+    /// TLS handshake metric handles.
+    pub handshakes: HandshakeStats,
     /// Settings.
     pub settings: ProxySettings,
     access: Option<AccessLog>,
@@ -88,6 +92,13 @@ impl DataPlane {
             None => crate::tls::self_signed_default()?,
         };
         let settings_https_port = settings.https_port;
+        let metrics = Metrics::new();
+        let handshakes = metrics.handshake_stats();
+        let access = settings.access_log.and_then(|f| {
+            AccessLog::stdout(f, metrics.access_log_dropped.clone())
+                .map_err(|e| tracing::error!(error = %e, "access log not started"))
+                .ok()
+        });
         Ok(Arc::new(Self {
             routes: ArcSwap::from_pointee(RouteTable::empty()),
             certs: Arc::new(ArcSwap::from_pointee(CertStore::new(default_cert.clone()))),
@@ -100,12 +111,9 @@ impl DataPlane {
                 diverged: false,
             }),
             pools: PoolRegistry::new(settings.upstream.clone()),
-            metrics: Metrics::new(),
-            access: settings.access_log.and_then(|f| {
-                AccessLog::stdout(f)
-                    .map_err(|e| tracing::error!(error = %e, "access log not started"))
-                    .ok()
-            }),
+            metrics,
+            handshakes,
+            access,
             settings,
             applied_once: AtomicBool::new(false),
             listening: AtomicBool::new(false),

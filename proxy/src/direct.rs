@@ -301,6 +301,10 @@ async fn forward(
         head.status.as_u16(),
         answered.saturating_duration_since(started),
     );
+    cluster
+        .stats
+        .response_duration
+        .observe(answered.saturating_duration_since(started));
     let logged = dp.access_log().map(|_| {
         Box::new((
             action.names.clone(),

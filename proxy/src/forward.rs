@@ -384,11 +384,13 @@ async fn route(
         retries,
     } = delivered;
     let (mut rparts, rbody) = response.into_parts();
+    let took = sent.elapsed();
+    cluster.stats.response_duration.observe(took);
     if dp.access_log().is_some() {
         rparts.extensions.insert(UpstreamSeen {
             addr: endpoint.addr,
             status: rparts.status.as_u16(),
-            duration: sent.elapsed(),
+            duration: took,
             retries,
         });
     }

@@ -152,6 +152,46 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Labels of the TLS handshake counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandshakeLabels {
+    /// `TLSv1.2`, `TLSv1.3`, or `none` when the handshake did not finish.
+    pub version: &'static str,
+    /// `ok`, `error` or `timeout`.
+    pub result: &'static str,
+}
+
+/// Handles of the TLS handshake metrics, resolved once (a handshake touches only atomics).
+#[derive(Debug, Clone)]
+pub struct HandshakeStats {
+    ok_tls12: Counter,
+    ok_tls13: Counter,
+    error: Counter,
+    timeout: Counter,
+    duration: AtomicHistogram,
+}
+
+impl HandshakeStats {
+    /// A finished handshake, by protocol version.
+    pub fn ok(&self, version: Option<rustls::ProtocolVersion>, took: Duration) {
+        match version {
+            Some(rustls::ProtocolVersion::TLSv1_2) => self.ok_tls12.inc(),
+            _ => self.ok_tls13.inc(),
+        };
+        self.duration.observe(took);
+    }
+
+    /// A handshake that failed.
+    pub fn error(&self) {
+        self.error.inc();
+    }
+
+    /// A handshake that did not finish in time.
+    pub fn timeout(&self) {
+        self.timeout.inc();
+    }
+}
+
 /// Labels of certificate metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertLabels {
@@ -195,8 +235,14 @@ pub struct Metrics {
     pub connections_active: Gauge,
     /// Client connections accepted.
     pub connections: Counter,
-    /// TLS handshakes by result.
-    pub tls_handshakes: Family<ResultLabels, Counter>,
+    /// TLS handshakes by protocol version and result.
+    pub tls_handshakes: Family<HandshakeLabels, Counter>,
+    /// TLS handshake duration (finished handshakes).
+    pub tls_handshake_duration: AtomicHistogram,
+    /// Time from sending a request upstream to its response head, by pool.
+    pub upstream_response_duration: Family<ServiceLabels, AtomicHistogram, fn() -> AtomicHistogram>,
+    /// Access log lines dropped because the writer fell behind.
+    pub access_log_dropped: Counter,
     /// Seconds since the epoch at which each host's certificate expires.
     pub cert_expiry: Family<CertLabels, Gauge>,
     /// 1 per host and certificate serial in use.
@@ -227,6 +273,9 @@ impl Metrics {
             connections_active: Gauge::default(),
             connections: Counter::default(),
             tls_handshakes: Family::default(),
+            tls_handshake_duration: AtomicHistogram::new(FAST_BUCKETS),
+            upstream_response_duration: Family::new_with_constructor(latency_hist),
+            access_log_dropped: Counter::default(),
             cert_expiry: Family::default(),
             cert_info: Family::default(),
             registry: Registry::default(),
@@ -293,8 +342,23 @@ impl Metrics {
         );
         registry.register(
             "tls_handshakes",
-            "TLS handshakes by result",
+            "TLS handshakes by protocol version and result",
             m.tls_handshakes.clone(),
+        );
+        registry.register(
+            "tls_handshake_duration_seconds",
+            "Time from a client connection being accepted to its TLS handshake finishing",
+            m.tls_handshake_duration.clone(),
+        );
+        registry.register(
+            "upstream_response_duration_seconds",
+            "Time from sending a request upstream to its response head, retries included, by pool",
+            m.upstream_response_duration.clone(),
+        );
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            m.access_log_dropped.clone(),
         );
         registry.register(
             "tls_certificate_expiry_seconds",
@@ -307,6 +371,21 @@ impl Metrics {
             m.cert_info.clone(),
         );
         Metrics { registry, ..m }
+    }
+
+    /// The handshake handles, resolved once.
+    pub fn handshake_stats(&self) -> HandshakeStats {
+        let get = |version, result| {
+            self.tls_handshakes
+                .get_or_create_owned(&HandshakeLabels { version, result })
+        };
+        HandshakeStats {
+            ok_tls12: get("TLSv1.2", "ok"),
+            ok_tls13: get("TLSv1.3", "ok"),
+            error: get("none", "error"),
+            timeout: get("none", "timeout"),
+            duration: self.tls_handshake_duration.clone(),
+        }
     }
 
     /// Renders the registry in the Prometheus text format.

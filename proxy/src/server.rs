@@ -23,7 +23,6 @@ use hyper::body::Incoming;
 use crate::dataplane::DataPlane;
 use crate::fastpath::{self, FastPath, Outcome};
 use crate::forward::{ConnInfo, handle};
-use crate::metrics::ResultLabels;
 use crate::prefixed::Prefixed;
 
 /// Listener options.
@@ -213,27 +212,21 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             match &ctx.tls {
                 None => serve_conn(stream, info, &ctx, watcher, true).await,
                 Some(acceptor) => {
+                    let accepted = std::time::Instant::now();
                     match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await
                     {
                         Ok(Ok(tls)) => {
-                            m.tls_handshakes
-                                .get_or_create(&ResultLabels { result: "ok" })
-                                .inc();
+                            let hs = &ctx.dp.handshakes;
+                            hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
                             // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
                             let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
                             serve_conn(tls, info, &ctx, watcher, fast).await;
                         }
                         Ok(Err(e)) => {
-                            m.tls_handshakes
-                                .get_or_create(&ResultLabels { result: "error" })
-                                .inc();
+                            ctx.dp.handshakes.error();
                             tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
                         }
-                        Err(_) => {
-                            m.tls_handshakes
-                                .get_or_create(&ResultLabels { result: "timeout" })
-                                .inc();
-                        }
+                        Err(_) => ctx.dp.handshakes.timeout(),
                     }
                 }
             }

@@ -33,6 +33,18 @@ async fn scrape_after_traffic(ok: usize) -> String {
         assert_eq!(get(&c, http, "app.test", "/").await.unwrap().status, 200);
     }
     assert_eq!(get(&c, http, "nobody.test", "/").await.unwrap().status, 404);
+    // Two TLS handshakes (TLS 1.3, the client's default) and one that fails (not TLS at all).
+    let https = s.running.https_addr.unwrap();
+    for _ in 0..2 {
+        assert!(tls_serial(https, "app.test").await.is_some());
+    }
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(https).await.unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut sink = Vec::new();
+        let _ = raw.read_to_end(&mut sink).await;
+    }
     assert_eq!(get(&c, http, "ghost.test", "/").await.unwrap().status, 503);
     m.write("eps.yaml", &endpoint_slices("svc-a", &[a.addr, b.addr]));
     assert!(
@@ -161,6 +173,56 @@ async fn histograms_are_cumulative_once_and_end_in_inf() {
             .is_some_and(|c| *c >= 1.0),
         "{counts:?}"
     );
+    // The families operators alert on: handshakes by version and result, their duration,
+    // upstream response time by pool, retries by reason (certificate expiry per host is checked
+    // in tests/tls.rs).
+    let value = |name: &str, want: &[(&str, &str)]| {
+        samples(&text)
+            .into_iter()
+            .find(|(n, l, _)| {
+                n == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, _, v)| v)
+    };
+    assert_eq!(
+        value(
+            "sluice_tls_handshakes_total",
+            &[("version", "TLSv1.3"), ("result", "ok")]
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value("sluice_tls_handshakes_total", &[("result", "error")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        counts.get("sluice_tls_handshake_duration_seconds{}"),
+        Some(&2.0)
+    );
+    assert_eq!(
+        counts.get("sluice_upstream_response_duration_seconds{service=default/svc-a:80}"),
+        Some(&3.0),
+        "{counts:?}"
+    );
+    for reason in [
+        "connect_failed",
+        "closed_before_send",
+        "idle_connection_closed",
+        "broke_after_send",
+    ] {
+        assert_eq!(
+            value(
+                "sluice_upstream_retries_total",
+                &[("service", "default/svc-a:80"), ("reason", reason)]
+            ),
+            Some(0.0),
+            "{reason}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
