@@ -177,6 +177,15 @@ impl Running {
     pub async fn shutdown(self, deadline: Duration) -> bool {
         let done = self.server.shutdown(deadline).await;
         self.admin.abort();
+        if self.dp.access_log().is_some() {
+            let dp = Arc::clone(&self.dp);
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(log) = dp.access_log() {
+                    log.flush(Duration::from_secs(1));
+                }
+            })
+            .await;
+        }
         if done {
             tracing::info!("all connections finished");
         } else {

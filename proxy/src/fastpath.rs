@@ -176,16 +176,14 @@ pub(crate) fn parse(
 /// What the access log needs of a fast-path request. A request without `X-Request-ID` gets
 /// one, which the upstream will be sent too.
 fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
-    let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
-    let host = &req.head[req.host.0..req.host.1];
-    match fields(&req.head, spans).find(|(n, _)| Field::of(n) == Field::XRequestId) {
-        Some((_, id)) => access::Seen::raw(&req.method, path, host, id),
-        None => {
-            let id = crate::forwarded::new_request_id();
-            req.request_id = Some(id);
-            access::Seen::raw(&req.method, path, host, &id)
-        }
+    let host = req.head.slice(req.host.0..req.host.1);
+    let client_id = fields(&req.head, spans)
+        .find(|(n, _)| Field::of(n) == Field::XRequestId)
+        .map(|(_, id)| req.head.slice_ref(id));
+    if client_id.is_none() {
+        req.request_id = Some(crate::forwarded::new_request_id());
     }
+    access::Seen::raw(&req.method, &req.uri, host, client_id, req.request_id)
 }
 
 /// A short local answer that ends the connection (bad request, head too large).

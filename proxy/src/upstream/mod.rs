@@ -45,12 +45,14 @@ pub enum UpstreamError {
     #[error("no endpoints available for {0}")]
     NoEndpoints(String),
     /// Every endpoint tried refused or timed out.
-    #[error("could not connect to {pool} after {tries} tries: {last}")]
+    #[error("could not connect to {pool} after {tries} tries; the last, {addr}: {last}")]
     ConnectFailed {
         /// Pool name.
         pool: String,
         /// Endpoints tried.
         tries: usize,
+        /// The last endpoint tried.
+        addr: std::net::SocketAddr,
         /// The last connect error.
         last: ConnectError,
     },
@@ -192,7 +194,7 @@ struct Attempts<'a> {
 
 /// The latest failure of a request's attempts: what it ends with if no attempt succeeds.
 enum LastFailure {
-    Connect(ConnectError),
+    Connect(std::net::SocketAddr, ConnectError),
     Broke(
         std::net::SocketAddr,
         Box<dyn std::error::Error + Send + Sync>,
@@ -251,7 +253,7 @@ impl<'a> Attempts<'a> {
         self.eject(ep);
         self.cluster.stats.connect_errors.inc();
         self.why = Some(RetryReason::ConnectFailed);
-        self.last = Some(LastFailure::Connect(e));
+        self.last = Some(LastFailure::Connect(ep.addr, e));
     }
 
     /// A new connection to `ep` broke under a request that may be replayed: the pod is likely
@@ -273,9 +275,10 @@ impl<'a> Attempts<'a> {
     /// Why no attempt succeeded.
     fn exhausted(self) -> UpstreamError {
         match self.last {
-            Some(LastFailure::Connect(last)) => UpstreamError::ConnectFailed {
+            Some(LastFailure::Connect(addr, last)) => UpstreamError::ConnectFailed {
                 pool: self.cluster.name.clone(),
                 tries: self.tried.len(),
+                addr,
                 last,
             },
             Some(LastFailure::Broke(addr, source)) => UpstreamError::Broken { addr, source },
