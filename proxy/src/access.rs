@@ -439,9 +439,9 @@ fn text_line(
     }
     out.extend_from_slice(b" request_id=");
     text_value(out, seen.request_id());
-    write!(
+    writeln!(
         out,
-        " ingress={} service={}\n",
+        " ingress={} service={}",
         or_dash(ingress),
         or_dash(service)
     )?;
