@@ -43,6 +43,27 @@ pub const PROXY_NEXT_UPSTREAM_TRIES: [&str; 2] = [
     "nginx.ingress.kubernetes.io/proxy-next-upstream-tries",
 ];
 
+/// The access-control annotations (ingress-nginx's, under either prefix) sluice does not
+/// enforce; an Ingress carrying any is served closed (503), never open. Returns the keys found.
+pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
+    a.keys()
+        .map(String::as_str)
+        .filter(|k| {
+            let Some(name) = k
+                .strip_prefix("nginx.ingress.kubernetes.io/")
+                .or_else(|| k.strip_prefix("sluice.dev/"))
+            else {
+                return false;
+            };
+            matches!(
+                name,
+                "whitelist-source-range" | "allowlist-source-range" | "denylist-source-range"
+            ) || name.starts_with("auth-")
+                || name.starts_with("limit-")
+        })
+        .collect()
+}
+
 /// An annotation value that could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("annotation {name}: {message}")]
@@ -276,6 +297,39 @@ mod tests {
         assert_eq!(
             balance(&both),
             Ok(Some(BalancePolicy::Hash(HashKey::RequestUri)))
+        );
+    }
+
+    #[test]
+    fn access_control_that_is_not_enforced_is_found_under_either_prefix() {
+        let a = BTreeMap::from([
+            (
+                "nginx.ingress.kubernetes.io/whitelist-source-range".to_string(),
+                "10.0.0.0/8".to_string(),
+            ),
+            ("sluice.dev/auth-url".to_string(), "http://auth".to_string()),
+            (
+                "nginx.ingress.kubernetes.io/limit-rps".to_string(),
+                "5".to_string(),
+            ),
+            (
+                "nginx.ingress.kubernetes.io/ssl-redirect".to_string(),
+                "true".to_string(),
+            ),
+            ("example.com/auth-url".to_string(), "x".to_string()),
+        ]);
+        let mut found = unenforced_access(&a);
+        found.sort_unstable();
+        assert_eq!(
+            found,
+            [
+                "nginx.ingress.kubernetes.io/limit-rps",
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                "sluice.dev/auth-url"
+            ]
+        );
+        assert!(
+            unenforced_access(&ann("nginx.ingress.kubernetes.io/rewrite-target", "/")).is_empty()
         );
     }
 

@@ -59,6 +59,45 @@ pub fn normalize_request_host<'a>(raw: &'a str, buf: &'a mut HostBuf) -> Option<
     std::str::from_utf8(out).ok()
 }
 
+/// Whether a request's `Host` (or `:authority`) is a host a request may name: a reg-name of
+/// letters, digits, `-`, `.`, `_` and `~`, or an IPv6 literal in brackets, with an optional
+/// numeric port. Anything else — `/`, `@`, `\\`, spaces, control bytes — is refused (400):
+/// such a value could be routed one way and read another way by a backend or reflected into a
+/// redirect's `Location`.
+pub fn valid_request_host(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let (host, port) = if b.first() == Some(&b'[') {
+        let Some(end) = raw.find(']') else {
+            return false;
+        };
+        let inner = &raw[1..end];
+        if inner.is_empty()
+            || !inner
+                .bytes()
+                .all(|c| c.is_ascii_hexdigit() || c == b':' || c == b'.')
+        {
+            return false;
+        }
+        (&raw[..=end], &raw[end + 1..])
+    } else {
+        match raw.rfind(':') {
+            Some(i) => (&raw[..i], &raw[i..]),
+            None => (raw, ""),
+        }
+    };
+    let port_ok = port.is_empty()
+        || (port.len() <= 6
+            && port.starts_with(':')
+            && port.len() > 1
+            && port[1..].bytes().all(|c| c.is_ascii_digit()));
+    let host_ok = host.starts_with('[')
+        || (!host.is_empty()
+            && host
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')));
+    port_ok && host_ok
+}
+
 /// Why an Ingress rule host was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostError {
@@ -125,6 +164,39 @@ pub fn host_matches(rule: &HostMatch, host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_hosts_that_may_be_routed() {
+        for ok in [
+            "example.com",
+            "Example.COM:8080",
+            "a-b_c~d.test",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:443",
+            "localhost.",
+        ] {
+            assert!(valid_request_host(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.com/x",
+            "a@evil.com",
+            "a b",
+            "a\\b",
+            "host:",
+            "host:80x",
+            "host:1234567",
+            "[::1",
+            "[zz]",
+            "[::1]x",
+            "a\tb",
+            "h\u{e9}st",
+        ] {
+            assert!(!valid_request_host(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn strips_ports() {

@@ -10,15 +10,18 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod cidr;
 pub mod host;
 pub mod matcher;
 pub mod model;
 pub mod path;
 pub mod pem;
+pub mod request_path;
 pub mod snapshot;
 pub mod translate;
 pub mod world;
 
+pub use cidr::Cidr;
 pub use matcher::{RouteIndex, RouteRef};
 pub use model::*;
 pub use snapshot::Snapshot;

@@ -7,7 +7,9 @@
 //! longest path wins and `Exact` beats `Prefix` on a tie.
 //!
 //! Cost per lookup: one hash lookup per host level plus, for prefix rules, one per `/` in the
-//! request path. No allocation and no scan over all hosts or all routes.
+//! request path up to the longest configured prefix — a client's long path cannot make it
+//! quadratic (each probe hashes at most that many bytes, and only that many bytes are probed).
+//! No allocation and no scan over all hosts or all routes.
 
 use std::collections::HashMap;
 
@@ -37,23 +39,32 @@ pub enum RouteRef {
 struct PathTable {
     exact: Map,
     prefix: Map,
+    /// Longest exact path, in bytes: a longer request path cannot match one.
+    max_exact: usize,
+    /// Longest prefix, in bytes: no boundary past it can match.
+    max_prefix: usize,
 }
 
 impl PathTable {
     fn lookup(&self, path: &str) -> Option<u32> {
-        if let Some(&r) = self.exact.get(path) {
+        if path.len() <= self.max_exact
+            && let Some(&r) = self.exact.get(path)
+        {
             // An exact hit has the full request length: nothing can be longer, and Exact wins ties.
             return Some(r);
         }
         if self.prefix.is_empty() {
             return None;
         }
-        if let Some(&r) = self.prefix.get(path) {
+        if path.len() <= self.max_prefix
+            && let Some(&r) = self.prefix.get(path)
+        {
             return Some(r);
         }
-        // Try every element boundary, longest first. `/` is stored as "", found at index 0.
+        // Try every element boundary up to the longest prefix, longest first. `/` is stored as
+        // "", found at index 0.
         let bytes = path.as_bytes();
-        let mut i = bytes.len();
+        let mut i = bytes.len().min(self.max_prefix + 1);
         while i > 0 {
             i -= 1;
             if bytes[i] == b'/'
@@ -88,9 +99,16 @@ impl RouteIndex {
             let vi = vi as u32;
             let mut table = PathTable::default();
             for (ri, route) in vh.routes.iter().enumerate() {
+                let len = route.path.path.len();
                 let map = match route.path.kind {
-                    PathKind::Exact => &mut table.exact,
-                    PathKind::Prefix => &mut table.prefix,
+                    PathKind::Exact => {
+                        table.max_exact = table.max_exact.max(len);
+                        &mut table.exact
+                    }
+                    PathKind::Prefix => {
+                        table.max_prefix = table.max_prefix.max(len);
+                        &mut table.prefix
+                    }
                 };
                 map.entry(route.path.path.clone().into_boxed_str())
                     .or_insert(ri as u32);

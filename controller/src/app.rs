@@ -13,7 +13,7 @@ use sluice_proxy::upstream_tls::UpstreamTls;
 use sluice_proxy::{DataPlane, ProxySettings, Server, ServerOptions};
 use tokio::task::JoinHandle;
 
-use crate::cli::{Balance, CommonArgs, LogFormat, listen_addr};
+use crate::cli::{AdminExpose, Balance, CommonArgs, LogFormat, listen_addr};
 
 /// Default listen addresses for a mode.
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +113,14 @@ impl Running {
                 ..UpstreamSettings::default()
             },
             default_certificate,
+            trusted_proxies: c.trusted_proxies.0.clone(),
+            tunnel_idle_timeout: Duration::from_secs(c.tunnel_idle_timeout.max(1)),
+            allowed_upgrades: c
+                .allowed_upgrades
+                .iter()
+                .map(|u| u.trim().to_ascii_lowercase())
+                .filter(|u| !u.is_empty())
+                .collect(),
             access_log: c.access_log.then_some(match c.log_format {
                 LogFormat::Text => sluice_proxy::access::Format::Text,
                 LogFormat::Json => sluice_proxy::access::Format::Json,
@@ -125,12 +133,22 @@ impl Running {
             header_read_timeout: Duration::from_secs(c.header_read_timeout.max(1)),
             max_header_size: c.max_header_size,
             max_connections: c.max_connections.max(1),
+            client_idle_timeout: Duration::from_secs(c.client_idle_timeout.max(1)),
             ..ServerOptions::default()
         };
         let admin_listener = sluice_proxy::listener::bind(c.admin_listen)
             .with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
         let admin_addr = admin_listener.local_addr()?;
-        let admin = tokio::spawn(sluice_proxy::admin::serve(admin_listener, Arc::clone(&dp)));
+        let admin_opts = sluice_proxy::admin::AdminOptions {
+            expose_metrics: c.admin_expose.contains(&AdminExpose::Metrics),
+            expose_api: c.admin_expose.contains(&AdminExpose::Api),
+            ..Default::default()
+        };
+        let admin = tokio::spawn(sluice_proxy::admin::serve(
+            admin_listener,
+            Arc::clone(&dp),
+            admin_opts,
+        ));
         let mut server = Server::new(Arc::clone(&dp), opts);
         let mut http_addr = None;
         if let Some(a) = http {

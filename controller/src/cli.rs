@@ -43,6 +43,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// What the admin listener serves to peers that are not on loopback.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AdminExpose {
+    /// `/metrics` (for an in-cluster Prometheus).
+    Metrics,
+    /// `/api/v1/*` (pod IPs, hosts, certificate serials: keep it on loopback unless needed).
+    Api,
+}
+
 /// Balancing policy.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Balance {
@@ -54,6 +63,16 @@ pub enum Balance {
     Ewma,
     /// Round robin.
     RoundRobin,
+}
+
+/// A list of CIDR blocks from one flag value.
+#[derive(Debug, Clone, Default)]
+pub struct CidrList(pub Vec<sluice_config::Cidr>);
+
+fn parse_cidrs(v: &str) -> Result<CidrList, String> {
+    sluice_config::Cidr::parse_list(v)
+        .map(CidrList)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_hash_key(v: &str) -> Result<sluice_config::HashKey, String> {
@@ -137,6 +156,33 @@ pub struct CommonArgs {
     /// --log-format json). Off by default.
     #[arg(long, env = "SLUICE_ACCESS_LOG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub access_log: bool,
+    /// Seconds of silence (no bytes either way) after which an HTTP/2, h2c or hyper-served
+    /// HTTP/1 client connection is closed (nginx keepalive_timeout: 75).
+    #[arg(long, env = "SLUICE_CLIENT_IDLE_TIMEOUT", default_value_t = 75)]
+    pub client_idle_timeout: u64,
+    /// Seconds of silence after which a WebSocket or other upgraded tunnel is closed
+    /// (ingress-nginx proxy-read-timeout: 60).
+    #[arg(long, env = "SLUICE_TUNNEL_IDLE_TIMEOUT", default_value_t = 60)]
+    pub tunnel_idle_timeout: u64,
+    /// `Upgrade` protocols tunnelled to backends (comma-separated); any other offer (`h2c`
+    /// first of all) is dropped and the request forwarded as a plain one.
+    #[arg(
+        long,
+        env = "SLUICE_ALLOWED_UPGRADES",
+        value_delimiter = ',',
+        default_value = "websocket"
+    )]
+    pub allowed_upgrades: Vec<String>,
+    /// What the admin listener serves to peers that are not on loopback, comma-separated
+    /// (`metrics`, `api`). `/healthz` and `/readyz` answer everyone; the rest answers loopback
+    /// only by default (with hostNetwork the admin port is open on the node's address).
+    #[arg(long, env = "SLUICE_ADMIN_EXPOSE", value_enum, value_delimiter = ',')]
+    pub admin_expose: Vec<AdminExpose>,
+    /// Peers whose X-Forwarded-For, X-Real-IP and Forwarded headers are believed (comma-separated
+    /// CIDR blocks, e.g. the L4 load balancer in front of sluice). From any other client those
+    /// headers are replaced with the address sluice saw. Empty (the default): nobody.
+    #[arg(long, env = "SLUICE_TRUSTED_PROXIES", value_parser = parse_cidrs, default_value = "")]
+    pub trusted_proxies: CidrList,
     /// Balancing policy of every pool (an Ingress may choose its own with the `load-balance`
     /// annotation).
     #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::LeastRequest)]

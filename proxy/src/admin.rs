@@ -1,5 +1,11 @@
 //! The admin listener: health, readiness, Prometheus metrics and the JSON status/upstreams API
 //! (the read side of the NGINX Plus upstream API).
+//!
+//! With `hostNetwork` the admin port is open on every node's address, so it is hardened like
+//! the edge: `/healthz` and `/readyz` answer anyone (kubelet probes them from the node);
+//! `/metrics` and `/api/v1/*` — pod IPs, hosts, certificate serials — answer loopback peers
+//! only unless [`AdminOptions`] exposes them (`--admin-expose metrics,api`); connections are
+//! capped, HTTP/1.1 only, and cut after a header timeout and a lifetime.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -7,10 +13,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
@@ -167,12 +171,56 @@ fn json<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
     }
 }
 
-/// Answers one admin request.
-pub fn respond(dp: &DataPlane, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// Who may read what on the admin listener, and its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminOptions {
+    /// Serve `/metrics` to peers that are not on loopback.
+    pub expose_metrics: bool,
+    /// Serve `/api/v1/*` to peers that are not on loopback.
+    pub expose_api: bool,
+    /// Open connections at most; more are closed at once.
+    pub max_connections: usize,
+    /// Time to send a request head.
+    pub header_timeout: std::time::Duration,
+    /// Longest a connection stays open.
+    pub max_lifetime: std::time::Duration,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        Self {
+            expose_metrics: false,
+            expose_api: false,
+            max_connections: 64,
+            header_timeout: std::time::Duration::from_secs(5),
+            max_lifetime: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// Answers one admin request from `peer`.
+pub fn respond<B>(
+    dp: &DataPlane,
+    opts: &AdminOptions,
+    peer: std::net::IpAddr,
+    req: &Request<B>,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n");
     }
-    match req.uri().path() {
+    let local = peer.is_loopback()
+        || matches!(peer, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+    let path = req.uri().path();
+    let private = (path == "/metrics" && !opts.expose_metrics)
+        || (path.starts_with("/api/") && !opts.expose_api);
+    if private && !local {
+        return text(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "forbidden: served on loopback only (see --admin-expose)\n",
+        );
+    }
+    match path {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" if dp.is_ready() => text(StatusCode::OK, "text/plain", "ready\n"),
         "/readyz" if dp.is_draining() => {
@@ -202,21 +250,89 @@ pub fn respond(dp: &DataPlane, req: &Request<Incoming>) -> Response<Full<Bytes>>
 }
 
 /// Serves the admin API until the task is dropped.
-pub async fn serve(listener: TcpListener, dp: Arc<DataPlane>) {
-    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+pub async fn serve(listener: TcpListener, dp: Arc<DataPlane>, opts: AdminOptions) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_timeout);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(tokio::sync::Semaphore::new(opts.max_connections.max(1)));
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        // Over the cap: the connection is closed at once (dropped), never queued.
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
             continue;
         };
         let dp = Arc::clone(&dp);
         let builder = Arc::clone(&builder);
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req| {
-                let r = respond(&dp, &req);
+                let r = respond(&dp, &opts, peer.ip(), &req);
                 async move { Ok::<_, Infallible>(r) }
             });
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(opts.max_lifetime, conn).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::settings::ProxySettings;
+
+    fn get(dp: &DataPlane, opts: &AdminOptions, peer: &str, path: &str) -> StatusCode {
+        let req = Request::get(path).body(()).unwrap();
+        respond(dp, opts, peer.parse().unwrap(), &req).status()
+    }
+
+    #[test]
+    fn only_probes_answer_off_the_node_unless_exposed() {
+        let dp = DataPlane::new(ProxySettings::default(), None).unwrap();
+        let closed = AdminOptions::default();
+        for peer in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            assert_eq!(
+                get(&dp, &closed, peer, "/metrics"),
+                StatusCode::OK,
+                "{peer}"
+            );
+            assert_eq!(get(&dp, &closed, peer, "/api/v1/status"), StatusCode::OK);
+        }
+        for peer in ["10.0.0.7", "192.0.2.1", "2001:db8::1"] {
+            assert_eq!(get(&dp, &closed, peer, "/healthz"), StatusCode::OK);
+            assert_eq!(
+                get(&dp, &closed, peer, "/readyz"),
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+            assert_eq!(get(&dp, &closed, peer, "/metrics"), StatusCode::FORBIDDEN);
+            assert_eq!(
+                get(&dp, &closed, peer, "/api/v1/status"),
+                StatusCode::FORBIDDEN
+            );
+            assert_eq!(
+                get(&dp, &closed, peer, "/api/v1/upstreams"),
+                StatusCode::FORBIDDEN
+            );
+        }
+        let metrics = AdminOptions {
+            expose_metrics: true,
+            ..AdminOptions::default()
+        };
+        assert_eq!(get(&dp, &metrics, "10.0.0.7", "/metrics"), StatusCode::OK);
+        assert_eq!(
+            get(&dp, &metrics, "10.0.0.7", "/api/v1/status"),
+            StatusCode::FORBIDDEN
+        );
+        let all = AdminOptions {
+            expose_metrics: true,
+            expose_api: true,
+            ..AdminOptions::default()
+        };
+        assert_eq!(get(&dp, &all, "10.0.0.7", "/api/v1/status"), StatusCode::OK);
     }
 }

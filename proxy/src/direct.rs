@@ -18,7 +18,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use sluice_config::host::{HostBuf, normalize_request_host};
+use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
+use sluice_config::request_path;
 use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 
 use crate::access::{self, RouteSeen, UpstreamSeen};
@@ -151,10 +152,16 @@ pub(crate) async fn dispatch(
     let table = dp.routes();
     if req.hosts == 1
         && let Some(raw_host) = plain_host(&req.head[req.host.0..req.host.1])
+        && valid_request_host(raw_host)
     {
         let mut buf = HostBuf::default();
         let host = normalize_request_host(raw_host, &mut buf);
-        if let Some(action) = table.lookup(host, req.uri.path())
+        // A path that is not already normal (escapes, `//`, dot segments) is rewritten or
+        // refused by the general handler; the common one is routed here as it is.
+        if matches!(
+            request_path::normalize(req.uri.path()),
+            Ok(std::borrow::Cow::Borrowed(_))
+        ) && let Some(action) = table.lookup(host, req.uri.path())
             && let Target::Cluster(cluster) = &action.target
             && cluster.protocol != UpstreamProtocol::H2c
             && !hashes_fields(&cluster.balance)
@@ -191,6 +198,7 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     out.put_slice(b" HTTP/1.1\r\n");
     let whole_lines = field::lines_contiguous(head, spans);
     let (mut host, mut prior_for, mut has_id, mut had_length) = (None, false, false, false);
+    let mut real_ip = None;
     let mut run = Run::default();
     for (i, (name, value)) in fields(head, spans).enumerate() {
         let kind = Field::of(name);
@@ -199,9 +207,10 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
             Field::XRequestId => has_id = true,
             Field::XForwardedFor => prior_for = true,
             Field::ContentLength => had_length = true,
+            Field::XRealIp if real_ip.is_none() => real_ip = Some(value),
             _ => {}
         }
-        if kind.is_hop(value) || kind.is_replaced() || kind == Field::ContentLength {
+        if kind.is_hop(value) || kind == Field::ContentLength || !fwd.keeps(kind, name) {
             continue;
         }
         if whole_lines {
@@ -214,7 +223,7 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     let prior = fields(head, spans)
         .filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor)
         .map(|(_, v)| v);
-    fwd.write_own(&mut out, host, prior, has_id);
+    fwd.write_own(&mut out, host, prior, has_id, real_ip);
     if had_length || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
         put_field(&mut out, b"content-length", b"0");
     }
@@ -426,6 +435,7 @@ mod tests {
             tls: false,
             port: &port,
             request_id: None,
+            trusted: true,
         };
         String::from_utf8(request_head(&req, &spans, &fwd).to_vec()).unwrap()
     }
@@ -440,7 +450,7 @@ mod tests {
         assert_eq!(
             out,
             "GET /a?b HTTP/1.1\r\nHost: x.example\r\nUser-Agent: t\r\nAccept: */*\r\n\
-             X-Request-ID: id1\r\nTE: trailers\r\nx-forwarded-for: 1.1.1.1, 10.0.0.9\r\n\
+             X-Request-ID: id1\r\nTE: trailers\r\nx-forwarded-for: 1.1.1.1, 10.0.0.9\r\nx-real-ip: 10.0.0.9\r\n\
              x-forwarded-proto: http\r\nx-forwarded-host: x.example\r\nx-forwarded-port: 80\r\n\
              content-length: 0\r\n\r\n"
         );
@@ -460,6 +470,8 @@ mod tests {
             "{out}"
         );
         assert!(out.ends_with("\r\ncontent-length: 0\r\n\r\n"), "{out}");
-        assert!(out.starts_with("POST /f HTTP/1.1\r\nHost: h\r\nx-forwarded-for: 10.0.0.9\r\n"));
+        assert!(out.starts_with(
+            "POST /f HTTP/1.1\r\nHost: h\r\nx-forwarded-for: 10.0.0.9\r\nx-real-ip: 10.0.0.9\r\n"
+        ));
     }
 }

@@ -9,11 +9,13 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sluice_config::host::{HostBuf, normalize_request_host, strip_port};
+use sluice_config::host::{HostBuf, normalize_request_host, strip_port, valid_request_host};
+use sluice_config::request_path;
 use sluice_config::{BalancePolicy, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
 use crate::access::{self, UpstreamSeen};
+use crate::activity::{Activity, Watched};
 use crate::balance::{KeySource, request_hash};
 use crate::body::{ReqBody, RespBody};
 use crate::dataplane::DataPlane;
@@ -37,11 +39,13 @@ pub struct ConnInfo {
     client_ip: HeaderValue,
     /// `local`'s port as a header value (`X-Forwarded-Port`), likewise rendered once.
     local_port: HeaderValue,
+    /// The client is a trusted proxy (`--trusted-proxies`).
+    pub trusted: bool,
 }
 
 impl ConnInfo {
     /// Facts about a new client connection; renders the per-connection header values once.
-    pub fn new(remote: SocketAddr, local: SocketAddr, tls: bool) -> Self {
+    pub fn new(remote: SocketAddr, local: SocketAddr, tls: bool, trusted: bool) -> Self {
         let client_ip = HeaderValue::from_str(&remote.ip().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         Self {
@@ -50,6 +54,7 @@ impl ConnInfo {
             tls,
             client_ip,
             local_port: HeaderValue::from(local.port()),
+            trusted,
         }
     }
 
@@ -60,6 +65,7 @@ impl ConnInfo {
             tls: self.tls,
             port: &self.local_port,
             request_id: None,
+            trusted: self.trusted,
         }
     }
 }
@@ -142,6 +148,59 @@ pub(crate) fn unasked_switch(pool: &str) -> Response<RespBody> {
     )
 }
 
+/// Routes and forwards the normalised path (see [`sluice_config::request_path`]): a request
+/// whose path changes gets the normalised one in its URI (query kept); one whose path climbs
+/// above the root, or is not a path, is answered 400 and its connection closed.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Box<Response<RespBody>>> {
+    let bad = || {
+        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Box::new(r)
+    };
+    let uri = req.uri();
+    // `*` (OPTIONS) and authority-form have no path to route; CONNECT was refused already.
+    if uri.path() == "*" {
+        return Ok(());
+    }
+    let normal = match request_path::normalize(uri.path()) {
+        Ok(std::borrow::Cow::Borrowed(_)) => return Ok(()),
+        Ok(std::borrow::Cow::Owned(p)) => p,
+        Err(_) => return Err(bad()),
+    };
+    let pq = match uri.query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq.parse().map_err(|_| bad())?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| bad())?;
+    Ok(())
+}
+
+/// Whether every protocol an `Upgrade` value offers is one sluice tunnels (`websocket` unless
+/// `--allowed-upgrades` says more). Anything else — `h2c` above all, which would turn the
+/// upstream connection into an HTTP/2 connection sluice no longer routes — is not tunnelled:
+/// the `Upgrade` field is dropped as hop-by-hop and the request goes on as a plain one.
+fn upgrade_allowed(value: &[u8], allowed: &[String]) -> bool {
+    let mut any = false;
+    for offer in value.split(|b| *b == b',') {
+        let offer = offer.trim_ascii();
+        let name = offer.split(|b| *b == b'/').next().unwrap_or_default();
+        if name.is_empty() {
+            continue;
+        }
+        any = true;
+        if !allowed
+            .iter()
+            .any(|a| a.as_bytes().eq_ignore_ascii_case(name))
+        {
+            return false;
+        }
+    }
+    any
+}
+
 /// Requests no route may see: `CONNECT` (an ingress is not a forward proxy, and a 2xx to it
 /// would turn the upstream connection into a tunnel), and HTTP/1 requests whose target host is
 /// ambiguous — several `Host` fields, or none in HTTP/1.1 (RFC 9112 §3.2 requires a 400), since
@@ -171,6 +230,21 @@ fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             return Some(r);
+        }
+    } else {
+        // HTTP/2: routed on `:authority`; a `host` field must agree with it, and there may be
+        // only one (RFC 9113 §8.3.1), or the backend could read a different host.
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let first = hosts.next();
+        let disagrees = match (first, req.uri().authority()) {
+            (Some(h), Some(a)) => !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()),
+            _ => false,
+        };
+        if hosts.next().is_some() || disagrees {
+            return Some(local(
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: host and :authority disagree\n",
+            ));
         }
     }
     None
@@ -209,11 +283,14 @@ pub(crate) async fn handle_in(
     table: &RouteTable,
     dp: &DataPlane,
     conn: &ConnInfo,
-    req: Request<Option<Incoming>>,
+    mut req: Request<Option<Incoming>>,
     started: Instant,
 ) -> Response<RespBody> {
     if let Some(refusal) = refuse_early(&req) {
         return refusal;
+    }
+    if let Err(refusal) = normalize_path(&mut req) {
+        return *refusal;
     }
     let raw_host = req
         .uri()
@@ -225,6 +302,12 @@ pub(crate) async fn handle_in(
                 .and_then(|v| v.to_str().ok())
         })
         .unwrap_or("");
+    if !raw_host.is_empty() && !valid_request_host(raw_host) {
+        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    }
     let mut buf = HostBuf::default();
     let host = normalize_request_host(raw_host, &mut buf);
     let Some(action) = table.lookup(host, req.uri().path()) else {
@@ -319,8 +402,11 @@ async fn route(
     let (mut parts, body) = req.into_parts();
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
     let upgrade = !h2_up
-        && parts.headers.contains_key(header::UPGRADE)
-        && lists(&parts.headers, &header::CONNECTION, "upgrade");
+        && lists(&parts.headers, &header::CONNECTION, "upgrade")
+        && parts
+            .headers
+            .get(header::UPGRADE)
+            .is_some_and(|v| upgrade_allowed(v.as_bytes(), &s.allowed_upgrades));
     let client_upgrade = if upgrade {
         parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
     } else {
@@ -401,7 +487,7 @@ async fn route(
             // protocol we do not tunnel.
             return unasked_switch(&cluster.name);
         };
-        tokio::spawn(tunnel(client, up));
+        tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout));
         rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
     }
@@ -413,7 +499,11 @@ async fn route(
 
 /// Joins the client's upgraded connection with the upstream socket: first the bytes the
 /// upstream sent right after its 101, then both directions until either side closes.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, up: upstream::UpstreamUpgrade) {
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    up: upstream::UpstreamUpgrade,
+    idle: std::time::Duration,
+) {
     let upstream::UpstreamUpgrade {
         io: mut upstream,
         leftover,
@@ -426,14 +516,23 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, up: upstream::UpstreamUpgrade
             return;
         }
     };
-    let mut client = TokioIo::new(client);
+    let activity = Activity::new();
+    let mut client = Watched::new(TokioIo::new(client), Arc::clone(&activity));
     if !leftover.is_empty()
         && let Err(e) = client.write_all(&leftover).await
     {
         tracing::debug!(error = %e, "tunnel closed with an error");
         return;
     }
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        tracing::debug!(error = %e, "tunnel closed with an error");
+    // Every byte either way crosses `client`, so its activity is the tunnel's.
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "tunnel closed with an error");
+            }
+        }
+        why = activity.watch(std::time::Duration::MAX, idle) => {
+            tracing::debug!(why, "tunnel closed");
+        }
     }
 }

@@ -18,6 +18,7 @@ static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-prot
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// Facts about the client connection that the proxy headers carry.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +32,10 @@ pub struct ProxyHeaders<'a> {
     /// The `X-Request-ID` to send when the client sent none (already given to the access
     /// log); `None` generates one.
     pub request_id: Option<[u8; 32]>,
+    /// The client is a trusted proxy (`--trusted-proxies`): its `X-Forwarded-For`, `X-Real-IP`
+    /// and `Forwarded` are extended or kept. From anyone else they are replaced with what
+    /// sluice saw, so an application never reads a client address the client chose.
+    pub trusted: bool,
 }
 
 /// A fresh request ID: 128 random bits as 32 hex digits.
@@ -50,6 +55,17 @@ impl ProxyHeaders<'_> {
         if self.tls { "https" } else { "http" }
     }
 
+    /// Whether a client field of this kind and name goes upstream as it is (the one rule for
+    /// both request paths): not the forwarding fields sluice writes itself, not an untrusted
+    /// client's claims about identity, and not a name with `_` (nginx's `underscores_in_headers
+    /// off`: `X_Forwarded_For` could otherwise reach an application that folds `_` into `-`).
+    pub(crate) fn keeps(&self, kind: Field, name: &[u8]) -> bool {
+        !(kind.is_replaced()
+            || (!self.trusted && matches!(kind, Field::XRealIp | Field::Forwarded))
+            || (self.trusted && kind == Field::XRealIp)
+            || name.contains(&b'_'))
+    }
+
     /// Writes the client's fields (minus the ones we replace) and ours into an HTTP/1 head.
     /// `fields` gives the (name, value) pairs, from a header map or straight from a raw head
     /// (names in any case), as often as asked.
@@ -60,39 +76,51 @@ impl ProxyHeaders<'_> {
         let mut host = None;
         let mut prior_for = false;
         let mut has_id = false;
+        let mut real_ip = None;
         for (name, value) in fields() {
             let kind = Field::of(name);
             match kind {
                 Field::XForwardedFor => prior_for = true,
                 Field::Host => host = Some(value),
                 Field::XRequestId => has_id = true,
+                Field::XRealIp if real_ip.is_none() => real_ip = Some(value),
                 _ => {}
             }
-            if !kind.is_replaced() {
+            if self.keeps(kind, name) {
                 put_field(out, name, value);
             }
         }
         let prior = fields().filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor);
-        self.write_own(out, host, prior.map(|(_, v)| v), has_id);
+        self.write_own(out, host, prior.map(|(_, v)| v), has_id, real_ip);
     }
 
-    /// Writes our fields: `X-Forwarded-For` (the `prior` values the client sent, then its IP),
-    /// `-Proto`, `-Host` (the client's `Host`, if it sent one), `-Port`, and a fresh
-    /// `X-Request-ID` unless the client `has_id`.
+    /// Writes our fields: `X-Forwarded-For` (from a trusted proxy, the `prior` values it sent
+    /// first; then the client's IP), `X-Real-IP` (a trusted proxy's `real_ip`, else the
+    /// client's IP), `-Proto`, `-Host` (the client's `Host`, if it sent one), `-Port`, and a
+    /// fresh `X-Request-ID` unless the client `has_id`.
     pub(crate) fn write_own<'a>(
         &self,
         out: &mut BytesMut,
         host: Option<&[u8]>,
         prior: impl Iterator<Item = &'a [u8]>,
         has_id: bool,
+        real_ip: Option<&[u8]>,
     ) {
         out.put_slice(b"x-forwarded-for: ");
-        for v in prior {
-            out.put_slice(v);
-            out.put_slice(b", ");
+        if self.trusted {
+            for v in prior {
+                out.put_slice(v);
+                out.put_slice(b", ");
+            }
         }
         out.put_slice(self.client_ip.as_bytes());
         out.put_slice(b"\r\n");
+        let real_ip = real_ip.filter(|_| self.trusted);
+        put_field(
+            out,
+            b"x-real-ip",
+            real_ip.unwrap_or(self.client_ip.as_bytes()),
+        );
         put_field(out, b"x-forwarded-proto", self.proto().as_bytes());
         if let Some(h) = host {
             put_field(out, b"x-forwarded-host", h);
@@ -107,9 +135,26 @@ impl ProxyHeaders<'_> {
     /// Puts the same fields into a header map (for HTTP/2 upstreams).
     pub fn apply(&self, h: &mut HeaderMap) {
         let mut xff = Vec::new();
-        for v in h.get_all(&X_FORWARDED_FOR) {
-            xff.extend_from_slice(v.as_bytes());
-            xff.extend_from_slice(b", ");
+        if self.trusted {
+            for v in h.get_all(&X_FORWARDED_FOR) {
+                xff.extend_from_slice(v.as_bytes());
+                xff.extend_from_slice(b", ");
+            }
+        }
+        let underscored: Vec<http::HeaderName> = h
+            .keys()
+            .filter(|n| n.as_str().contains('_'))
+            .cloned()
+            .collect();
+        for n in underscored {
+            h.remove(n);
+        }
+        if !self.trusted {
+            h.remove(header::FORWARDED);
+            h.remove(&X_REAL_IP);
+        }
+        if !h.contains_key(&X_REAL_IP) {
+            h.insert(X_REAL_IP.clone(), self.client_ip.clone());
         }
         xff.extend_from_slice(self.client_ip.as_bytes());
         if let Ok(v) = HeaderValue::from_bytes(&xff) {
@@ -164,6 +209,7 @@ mod tests {
             tls: true,
             port: &port,
             request_id: None,
+            trusted: true,
         };
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("a.example"));
@@ -205,6 +251,7 @@ mod tests {
             tls: false,
             port: &port,
             request_id: None,
+            trusted: false,
         };
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("abc"));

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod activity;
 pub mod admin;
 pub mod balance;
 pub mod body;

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 
+use crate::activity::{Activity, Watched};
 use crate::dataplane::DataPlane;
 use crate::fastpath::{self, FastPath, Outcome};
 use crate::forward::{ConnInfo, handle};
@@ -38,6 +39,9 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Time allowed for a TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Longest silence on a connection hyper serves (HTTP/2, h2c, HTTP/1 with a body); a
+    /// client that sends no more than a preface is dropped at the header timeout.
+    pub client_idle_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -48,6 +52,7 @@ impl Default for ServerOptions {
             max_header_size: 64 * 1024,
             max_connections: 50_000,
             tls_handshake_timeout: Duration::from_secs(10),
+            client_idle_timeout: Duration::from_secs(75),
         }
     }
 }
@@ -192,6 +197,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             remote,
             stream.local_addr().ok().or(local).unwrap_or(remote),
             ctx.tls.is_some(),
+            ctx.dp.settings.trusts(remote.ip()),
         ));
         let watcher = ctx.graceful.watcher();
         let conn_ctx = ConnCtx {
@@ -200,6 +206,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             builder: Arc::clone(&ctx.builder),
             handshake_timeout: ctx.opts.tls_handshake_timeout,
             header_read_timeout: ctx.opts.header_read_timeout,
+            client_idle_timeout: ctx.opts.client_idle_timeout,
             max_header_size: ctx.opts.max_header_size.max(8192),
             close_idle: ctx.close_idle.clone(),
         };
@@ -242,6 +249,7 @@ struct ConnCtx {
     builder: Arc<auto::Builder<TokioExecutor>>,
     handshake_timeout: Duration,
     header_read_timeout: Duration,
+    client_idle_timeout: Duration,
     max_header_size: usize,
     close_idle: watch::Receiver<bool>,
 }
@@ -273,11 +281,20 @@ where
         let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
         async move { Ok::<_, Infallible>(handle(dp, info, req.map(Some)).await) }
     });
+    let activity = Activity::new();
+    let io = Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity));
     let conn = ctx
         .builder
-        .serve_connection_with_upgrades(TokioIo::new(Prefixed::new(prefix, io)), svc)
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, "client connection ended with an error");
+    tokio::select! {
+        r = watcher.watch(conn) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+        }
+        why = activity.watch(ctx.header_read_timeout, ctx.client_idle_timeout) => {
+            tracing::debug!(why, "client connection closed");
+        }
     }
 }

@@ -23,6 +23,20 @@ pub struct ProxySettings {
     pub default_certificate: Option<ObjectRef>,
     /// Access log on stdout, in this format (off when `None`).
     pub access_log: Option<crate::access::Format>,
+    /// Peers whose forwarding headers are believed (`--trusted-proxies`).
+    pub trusted_proxies: Vec<sluice_config::Cidr>,
+    /// Longest silence, both ways, in a tunnel (WebSocket and other upgrades) before it is
+    /// closed (ingress-nginx: `proxy-read-timeout`, 60 s).
+    pub tunnel_idle_timeout: Duration,
+    /// `Upgrade` protocols tunnelled (lower case); others are forwarded as plain requests.
+    pub allowed_upgrades: Vec<String>,
+}
+
+impl ProxySettings {
+    /// Whether a client at `ip` is a trusted proxy.
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|c| c.contains(ip))
+    }
 }
 
 impl Default for ProxySettings {
@@ -35,6 +49,9 @@ impl Default for ProxySettings {
             upstream: UpstreamSettings::default(),
             default_certificate: None,
             access_log: None,
+            trusted_proxies: Vec::new(),
+            tunnel_idle_timeout: Duration::from_secs(60),
+            allowed_upgrades: vec!["websocket".to_string()],
         }
     }
 }

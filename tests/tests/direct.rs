@@ -137,10 +137,12 @@ async fn hop_by_hop_fields_and_proxy_headers_follow_the_general_rules() {
             "content-length: 0",
             "host: direct.test",
             "user-agent: t",
-            "x-forwarded-for: 1.2.3.4, 127.0.0.1",
+            // Not a trusted proxy: the client's X-Forwarded-For is replaced, not extended.
+            "x-forwarded-for: 127.0.0.1",
             "x-forwarded-host: direct.test",
             "x-forwarded-port: 80",
             "x-forwarded-proto: http",
+            "x-real-ip: 127.0.0.1",
             "x-request-id: abc",
         ]
         .map(|f| f.replace(": 80", &format!(": {}", http.port()))),
@@ -219,7 +221,10 @@ async fn bare_line_feeds_and_repeated_lengths_leave_as_clean_heads() {
         assert!(!sent.replace("\r\n", "").contains('\n'), "{sent:?}");
         let mut sent = fields(&sent);
         sent.retain(|f| !f.starts_with("x-forwarded-"));
-        assert_eq!(sent, ["host: direct.test", "x-request-id: r"]);
+        assert_eq!(
+            sent,
+            ["host: direct.test", "x-request-id: r", "x-real-ip: 127.0.0.1"]
+        );
     }
 }
 

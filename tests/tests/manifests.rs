@@ -600,6 +600,20 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
+    // With hostNetwork the admin port is on the node's address: /api/v1 stays on loopback, and
+    // /metrics is exposed only when Prometheus is told to scrape it.
+    let container_args = args;
+    assert!(
+        !container_args
+            .iter()
+            .any(|a| a.starts_with("--admin-expose") && a.contains("api")),
+        "{source}: the admin API must not be exposed off the node"
+    );
+    assert_eq!(
+        container_args.iter().any(|a| a == "--admin-expose=metrics"),
+        metrics,
+        "{source}: --admin-expose=metrics exactly when metrics are scraped"
+    );
     if metrics {
         let admin_port = ADMIN_PORT.to_string();
         for (key, value) in [
@@ -939,6 +953,7 @@ fn kustomize_base() {
             "--http-listen=0.0.0.0:80",
             "--https-listen=0.0.0.0:443",
             "--admin-listen=0.0.0.0:10254",
+            "--admin-expose=metrics",
             "--shutdown-timeout=25",
             "--log-format=json",
         ],

@@ -24,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::annotations;
 use crate::host::parse_rule_host;
 use crate::model::{
-    HostMatch, NextUpstream, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings,
-    Severity, VirtualHost,
+    HostMatch, NextUpstream, ObjectRef, PathMatch, Problem, Route, RouteAction, RouteOptions,
+    Settings, Severity, VirtualHost,
 };
 use crate::path::parse_path;
 use crate::snapshot::{Snapshot, SnapshotParts};
@@ -149,6 +149,30 @@ fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
     (ts.is_none(), ts, ingress_ref(ing))
 }
 
+/// An Ingress that restricts access with annotations sluice does not enforce (source ranges,
+/// authentication, client certificates, rate limits) is not served open: every route of it
+/// answers 503, and the problem (an Error, so a Warning Event) names the annotations. An
+/// Ingress migrated from ingress-nginx must never become more exposed than it was.
+fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
+    let ann = ing.metadata.annotations.as_ref()?;
+    let found = annotations::unenforced_access(ann);
+    if found.is_empty() {
+        return None;
+    }
+    let msg = format!(
+        "access control sluice does not enforce yet ({}); its routes answer 503 instead of serving without it",
+        found.join(", ")
+    );
+    p.report(
+        Severity::Error,
+        "AccessControlNotEnforced",
+        src,
+        "metadata.annotations",
+        msg.clone(),
+    );
+    Some(RouteAction::Unavailable(msg))
+}
+
 /// Per-Ingress options from annotations; invalid annotations are reported and ignored.
 fn route_options(
     ing: &Ingress,
@@ -242,6 +266,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         };
         let options = route_options(ing, &src, &opts.settings, &mut problems);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
+        let locked = fail_closed(ing, &src, &mut problems);
         if let Some(db) = &spec.default_backend {
             if let Some(existing) = &default_backend {
                 problems.report(
@@ -255,8 +280,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     ),
                 );
             } else {
-                let action =
-                    backends.resolve(&src, "spec.defaultBackend", db, &pool, &mut problems);
+                let action = locked.clone().unwrap_or_else(|| {
+                    backends.resolve(&src, "spec.defaultBackend", db, &pool, &mut problems)
+                });
                 default_backend = Some(Route {
                     path: PathMatch {
                         kind: crate::model::PathKind::Prefix,
@@ -327,13 +353,15 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     );
                     continue;
                 }
-                let action = backends.resolve(
-                    &src,
-                    &format!("{field}.backend"),
-                    &p.backend,
-                    &pool,
-                    &mut problems,
-                );
+                let action = locked.clone().unwrap_or_else(|| {
+                    backends.resolve(
+                        &src,
+                        &format!("{field}.backend"),
+                        &p.backend,
+                        &pool,
+                        &mut problems,
+                    )
+                });
                 let mut route_opts = options.clone();
                 route_opts.ssl_redirect &= tls.covers(&host);
                 routes.insert(

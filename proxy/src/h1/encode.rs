@@ -113,6 +113,7 @@ pub(super) mod tests {
             tls: false,
             port: &PORT,
             request_id: None,
+            trusted: false,
         }
     }
 
@@ -134,7 +135,7 @@ pub(super) mod tests {
         assert_eq!(
             without_id(&b),
             "GET /p?q=1 HTTP/1.1\r\nhost: a.example\r\nx-a: 1\r\nx-a: 2\r\n\
-             x-forwarded-for: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: a.example\r\n\
+             x-forwarded-for: 127.0.0.1\r\nx-real-ip: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: a.example\r\n\
              x-forwarded-port: 80\r\n\r\n"
         );
         let b = encode_head(

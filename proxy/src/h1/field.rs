@@ -52,6 +52,10 @@ pub(crate) enum Field {
     XForwardedPort,
     /// `X-Request-ID` (kept, or generated).
     XRequestId,
+    /// `X-Real-IP` (set to the client; a trusted proxy's is kept).
+    XRealIp,
+    /// `Forwarded` (RFC 7239; only a trusted proxy's is kept).
+    Forwarded,
     /// `Server` (replaced in responses).
     Server,
     /// `Strict-Transport-Security` (replaced when a route sets HSTS).
@@ -68,6 +72,8 @@ impl Field {
             4 if is(b"date") => Field::Date,
             6 if is(b"server") => Field::Server,
             6 if is(b"expect") => Field::Expect,
+            9 if is(b"x-real-ip") => Field::XRealIp,
+            9 if is(b"forwarded") => Field::Forwarded,
             7 if is(b"upgrade") => Field::Upgrade,
             7 if is(b"trailer") => Field::Trailer,
             10 if is(b"connection") => Field::Connection,

@@ -158,7 +158,7 @@ async fn keep_alive_reuses_one_connection() {
     let first = reqs.recv().await.unwrap();
     assert_eq!(
         super::encode::tests::without_id(&first),
-        "GET /x HTTP/1.1\r\nhost: up.example\r\nx-forwarded-for: 127.0.0.1\r\n\
+        "GET /x HTTP/1.1\r\nhost: up.example\r\nx-forwarded-for: 127.0.0.1\r\nx-real-ip: 127.0.0.1\r\n\
          x-forwarded-proto: http\r\nx-forwarded-host: up.example\r\nx-forwarded-port: 80\r\n\r\n"
     );
     assert_eq!(ep.in_flight(), 0);

@@ -130,6 +130,7 @@ async fn send_one(c: &Cluster, method: Method, plan: Plan) -> Result<Delivered, 
         "127.0.0.1:40000".parse().unwrap(),
         "127.0.0.1:80".parse().unwrap(),
         false,
+        false,
     );
     tokio::time::timeout(
         Duration::from_secs(10),
