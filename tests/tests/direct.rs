@@ -223,7 +223,11 @@ async fn bare_line_feeds_and_repeated_lengths_leave_as_clean_heads() {
         sent.retain(|f| !f.starts_with("x-forwarded-"));
         assert_eq!(
             sent,
-            ["host: direct.test", "x-request-id: r", "x-real-ip: 127.0.0.1"]
+            [
+                "host: direct.test",
+                "x-request-id: r",
+                "x-real-ip: 127.0.0.1"
+            ]
         );
     }
 }
