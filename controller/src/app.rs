@@ -134,6 +134,7 @@ impl Running {
             max_header_size: c.max_header_size,
             max_connections: c.max_connections.max(1),
             client_idle_timeout: Duration::from_secs(c.client_idle_timeout.max(1)),
+            client_send_timeout: Duration::from_secs(c.client_send_timeout.max(1)),
             ..ServerOptions::default()
         };
         let admin_listener = sluice_proxy::listener::bind(c.admin_listen)

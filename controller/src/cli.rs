@@ -160,6 +160,10 @@ pub struct CommonArgs {
     /// HTTP/1 client connection is closed (nginx keepalive_timeout: 75).
     #[arg(long, env = "SLUICE_CLIENT_IDLE_TIMEOUT", default_value_t = 75)]
     pub client_idle_timeout: u64,
+    /// Seconds a write to a client may stay blocked (the client not reading) before its
+    /// connection is closed (nginx send_timeout: 60).
+    #[arg(long, env = "SLUICE_CLIENT_SEND_TIMEOUT", default_value_t = 60)]
+    pub client_send_timeout: u64,
     /// Seconds of silence after which a WebSocket or other upgraded tunnel is closed
     /// (ingress-nginx proxy-read-timeout: 60).
     #[arg(long, env = "SLUICE_TUNNEL_IDLE_TIMEOUT", default_value_t = 60)]

@@ -11,6 +11,7 @@
 //! The HTTP/1 fast path has its own header and keep-alive deadlines and is not wrapped; the
 //! wrapper costs one clock read per read call, on these connections only.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -153,12 +154,116 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     }
 }
 
+/// A client stream whose writes fail with `TimedOut` when one stays blocked for longer than
+/// the send timeout: a client that stops reading (a slow-read attack, or a dead peer behind a
+/// silent network) cannot hold its connection — and the upstream connection feeding it —
+/// forever (nginx's `send_timeout`, 60 s). Costs nothing while writes go through.
+#[derive(Debug)]
+pub struct SendDeadline<I> {
+    inner: I,
+    limit: Duration,
+    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> SendDeadline<I> {
+    /// Wraps `inner`.
+    pub fn new(inner: I, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            blocked: None,
+        }
+    }
+
+    fn check<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => {
+                let limit = self.limit;
+                let timer = self
+                    .blocked
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    self.blocked = None;
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client did not read for the send timeout",
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for SendDeadline<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for SendDeadline<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.check(cx, r)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.check(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.check(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_the_client_does_not_read_fails_at_the_send_timeout() {
+        let (client, server) = tokio::io::duplex(64);
+        let mut w = SendDeadline::new(server, Duration::from_millis(200));
+        // Fits the pipe: goes through at once.
+        w.write_all(&[1u8; 64]).await.unwrap();
+        let t = std::time::Instant::now();
+        let e = w.write_all(&[2u8; 64]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        drop(client);
+    }
 
     #[tokio::test]
     async fn a_preface_alone_expires_at_the_header_timeout_and_silence_at_the_idle_timeout() {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 
-use crate::activity::{Activity, Watched};
+use crate::activity::{Activity, SendDeadline, Watched};
 use crate::dataplane::DataPlane;
 use crate::fastpath::{self, FastPath, Outcome};
 use crate::forward::{ConnInfo, handle};
@@ -39,6 +39,9 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Time allowed for a TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Longest a write to a client may stay blocked (the client not reading) before the
+    /// connection is closed.
+    pub client_send_timeout: Duration,
     /// Longest silence on a connection hyper serves (HTTP/2, h2c, HTTP/1 with a body); a
     /// client that sends no more than a preface is dropped at the header timeout.
     pub client_idle_timeout: Duration,
@@ -53,6 +56,7 @@ impl Default for ServerOptions {
             max_connections: 50_000,
             tls_handshake_timeout: Duration::from_secs(10),
             client_idle_timeout: Duration::from_secs(75),
+            client_send_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -207,6 +211,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             handshake_timeout: ctx.opts.tls_handshake_timeout,
             header_read_timeout: ctx.opts.header_read_timeout,
             client_idle_timeout: ctx.opts.client_idle_timeout,
+            client_send_timeout: ctx.opts.client_send_timeout,
             max_header_size: ctx.opts.max_header_size.max(8192),
             close_idle: ctx.close_idle.clone(),
         };
@@ -250,6 +255,7 @@ struct ConnCtx {
     handshake_timeout: Duration,
     header_read_timeout: Duration,
     client_idle_timeout: Duration,
+    client_send_timeout: Duration,
     max_header_size: usize,
     close_idle: watch::Receiver<bool>,
 }
@@ -260,6 +266,7 @@ async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watch
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let io = SendDeadline::new(io, ctx.client_send_timeout);
     let (io, prefix) = if fast {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),

@@ -420,3 +420,54 @@ async fn only_websocket_upgrades_are_tunnelled() {
     );
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// `sluice_connections_active` from `/metrics`.
+async fn active_connections(admin: SocketAddr) -> u64 {
+    let r = get(&client(), admin, "localhost", "/metrics")
+        .await
+        .unwrap();
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_connections_active "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped_at_the_send_timeout() {
+    let b = backend("b").await;
+    let m = Manifests::new();
+    m.write(
+        "all.yaml",
+        &one_service("slow.test", "svc", &[b.addr]).join("---\n"),
+    );
+    let s = serve(m.dir.path(), &["--client-send-timeout", "1"]).await;
+    let http = s.running.http_addr.unwrap();
+    // Fast path and hyper path: ask for 64 MB, read nothing.
+    let mut held = Vec::new();
+    for req in [
+        get_raw("/?size=67108864", "slow.test", ""),
+        "POST /?size=67108864 HTTP/1.1\r\nHost: slow.test\r\nContent-Length: 1\r\n\r\nx"
+            .to_string(),
+    ] {
+        let mut c = TcpStream::connect(http).await.unwrap();
+        c.write_all(req.as_bytes()).await.unwrap();
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(active_connections(s.running.admin_addr).await, 2);
+    let ok = tokio::time::timeout(Duration::from_secs(10), async {
+        while active_connections(s.running.admin_addr).await > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "a client that reads nothing kept its connection"
+    );
+    let r = raw(http, &get_raw("/", "slow.test", "")).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{}", &r[..r.len().min(100)]);
+    drop(held);
+    s.shutdown(Duration::from_secs(3)).await;
+}
