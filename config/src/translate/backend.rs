@@ -115,15 +115,7 @@ impl PoolAnnotations {
     pub(super) fn read(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Self {
         let empty = BTreeMap::new();
         let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
-        let mut invalid = |e: annotations::AnnotationError| {
-            p.report(
-                Severity::Warning,
-                "InvalidAnnotation",
-                src,
-                format!("metadata.annotations[{}]", e.name),
-                e.to_string(),
-            );
-        };
+        let mut invalid = |e: annotations::AnnotationError| p.invalid_annotation(src, &e);
         let protocol = annotations::backend_protocol(ann).unwrap_or_else(|e| {
             invalid(e);
             None

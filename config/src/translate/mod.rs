@@ -87,6 +87,21 @@ impl Problems {
             reason,
         });
     }
+
+    /// An annotation whose value cannot be used: a warning on its key; the caller falls back.
+    pub(crate) fn invalid_annotation(
+        &mut self,
+        object: &ObjectRef,
+        e: &annotations::AnnotationError,
+    ) {
+        self.report(
+            Severity::Warning,
+            "InvalidAnnotation",
+            object,
+            format!("metadata.annotations[{}]", e.name),
+            e.to_string(),
+        );
+    }
 }
 
 /// Whether this IngressClass belongs to us.
@@ -185,26 +200,14 @@ fn route_options(
     let ssl_redirect = match annotations::ssl_redirect(ann) {
         Ok(v) => v.unwrap_or(settings.ssl_redirect),
         Err(e) => {
-            p.report(
-                Severity::Warning,
-                "InvalidAnnotation",
-                src,
-                format!("metadata.annotations[{}]", e.name),
-                e.to_string(),
-            );
+            p.invalid_annotation(src, &e);
             settings.ssl_redirect
         }
     };
     let hsts = match annotations::hsts(ann) {
         Ok(v) => v,
         Err(e) => {
-            p.report(
-                Severity::Warning,
-                "InvalidAnnotation",
-                src,
-                format!("metadata.annotations[{}]", e.name),
-                e.to_string(),
-            );
+            p.invalid_annotation(src, &e);
             None
         }
     };
@@ -225,13 +228,7 @@ fn route_options(
             v
         }
         Err(e) => {
-            p.report(
-                Severity::Warning,
-                "InvalidAnnotation",
-                src,
-                format!("metadata.annotations[{}]", e.name),
-                e.to_string(),
-            );
+            p.invalid_annotation(src, &e);
             NextUpstream::default()
         }
     };
