@@ -162,7 +162,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
 pub struct SendDeadline<I> {
     inner: I,
     limit: Duration,
-    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The timer, made on the first blocked write and re-armed (not re-made) after that: a
+    /// large response to a client that reads at its own pace blocks often.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
 }
 
 impl<I> SendDeadline<I> {
@@ -171,7 +174,8 @@ impl<I> SendDeadline<I> {
         Self {
             inner,
             limit,
-            blocked: None,
+            timer: None,
+            armed: false,
         }
     }
 
@@ -180,10 +184,14 @@ impl<I> SendDeadline<I> {
             Poll::Pending => {
                 let limit = self.limit;
                 let timer = self
-                    .blocked
+                    .timer
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if !self.armed {
+                    timer.as_mut().reset(tokio::time::Instant::now() + limit);
+                    self.armed = true;
+                }
                 if timer.as_mut().poll(cx).is_ready() {
-                    self.blocked = None;
+                    self.armed = false;
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "client did not read for the send timeout",
@@ -192,7 +200,7 @@ impl<I> SendDeadline<I> {
                 Poll::Pending
             }
             ready => {
-                self.blocked = None;
+                self.armed = false;
                 ready
             }
         }
@@ -263,6 +271,25 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(t.elapsed() >= Duration::from_millis(200));
         drop(client);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_slowly_but_steadily_is_not_cut() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut w = SendDeadline::new(server, Duration::from_millis(200));
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            let mut got = 0;
+            while got < 64 * 20 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                got += client.read(&mut buf).await.unwrap();
+            }
+            got
+        });
+        // Twenty pipe-fulls at a pace slower than the pipe: about a second in all, five times
+        // the send timeout, but no single write waits that long.
+        w.write_all(&[3u8; 64 * 20]).await.unwrap();
+        assert_eq!(reader.await.unwrap(), 64 * 20);
     }
 
     #[tokio::test]
