@@ -14,7 +14,7 @@ use sluice_bench::backend::{Backend, BackendConfig};
 use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
 use sluice_bench::peers::{PeerEnv, PeerKind, Proto};
 use sluice_bench::pods::{Removal, StopMode};
-use sluice_bench::scenario::{self, Common, capacity::Capacity};
+use sluice_bench::scenario::{self, Common, Scenario};
 use sluice_bench::{certs, report, sys};
 
 /// sluice's benchmark: sluice head-to-head with reload-based nginx and HAProxy (and Caddy,
@@ -217,13 +217,13 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Load(a) => runtime(a.threads.unwrap_or_else(sys::cpu_count))?.block_on(load_cmd(a)),
         Cmd::Backends(a) => runtime(1)?.block_on(backends_cmd(a)),
-        Cmd::Churn(a) => scenario_main("churn", a, nofile),
-        Cmd::Static(a) => scenario_main("static", a, nofile),
-        Cmd::Rps(a) => scenario_main("rps", a, nofile),
-        Cmd::Tps(a) => scenario_main("tps", a, nofile),
-        Cmd::Throughput(a) => scenario_main("throughput", a, nofile),
-        Cmd::Scale(a) => scenario_main("scale", a, nofile),
-        Cmd::Validate(a) => scenario_main("validate", a, nofile),
+        Cmd::Churn(a) => scenario_main(Scenario::Churn, a, nofile),
+        Cmd::Static(a) => scenario_main(Scenario::Static, a, nofile),
+        Cmd::Rps(a) => scenario_main(Scenario::Rps, a, nofile),
+        Cmd::Tps(a) => scenario_main(Scenario::Tps, a, nofile),
+        Cmd::Throughput(a) => scenario_main(Scenario::Throughput, a, nofile),
+        Cmd::Scale(a) => scenario_main(Scenario::Scale, a, nofile),
+        Cmd::Validate(a) => scenario_main(Scenario::Validate, a, nofile),
     }
 }
 
@@ -331,7 +331,7 @@ async fn load_cmd(a: LoadArgs) -> Result<()> {
 fn load_summary(url: &str, r: &LoadReport) -> String {
     let l = &r.latency_ms;
     let e = &r.errors;
-    let t = &r.truth;
+    let c = r.truth.causes();
     format!(
         "{url}: {} over {} connections for {:.0}s\n  requests {}  achieved {:.0} req/s{}\n  latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  p99.99 {:.3}  p99.999 {:.3}  max {:.3}\n  wrk classes: connect {}  read {}  write {}  timeout {}  non-2xx {}\n  requests failed {} (refused {}, connect timeout {}, handshake {}, failed after send {} of which retryable {}, response timeout {}, 5xx {}, other {})\n  idle connections closed by the server (not failures): {}\n{}",
         r.mode,
@@ -354,14 +354,14 @@ fn load_summary(url: &str, r: &LoadReport) -> String {
         e.timeout,
         e.status_non2xx,
         r.requests_failed,
-        t.connect_refused,
-        t.connect_timeout + t.connect_other,
-        t.handshake_failed,
-        t.failed_after_send + t.write_failed,
-        t.failed_after_send_retryable,
-        t.response_timeout,
-        t.status_5xx,
-        t.status_other_non2xx + t.protocol_error,
+        c.refused,
+        c.connect_timeout,
+        c.handshake,
+        c.failed_after_send,
+        c.retryable,
+        c.response_timeout,
+        c.status_5xx,
+        c.other_non2xx,
         r.idle_closed_by_server,
         r.rate_note
             .as_ref()
@@ -400,7 +400,7 @@ async fn backends_cmd(a: BackendsArgs) -> Result<()> {
     Ok(())
 }
 
-fn scenario_main(name: &str, a: ScenarioArgs, nofile: u64) -> Result<()> {
+fn scenario_main(scenario: Scenario, a: ScenarioArgs, nofile: u64) -> Result<()> {
     let ncpu = sys::cpu_count();
     let pin = !a.no_pin && ncpu >= 2 && sys::which("taskset").is_some();
     let cores = a.cores.max(1);
@@ -451,7 +451,7 @@ fn scenario_main(name: &str, a: ScenarioArgs, nofile: u64) -> Result<()> {
     machine.insert("load generator threads".into(), threads.to_string());
     machine.insert("peer versions".into(), peer_versions());
     runtime(threads)?.block_on(run_scenario(
-        name,
+        scenario,
         a,
         machine,
         pin.then_some(proxy_cpus),
@@ -498,22 +498,14 @@ fn peer_versions() -> String {
 }
 
 async fn run_scenario(
-    name: &str,
+    scenario: Scenario,
     a: ScenarioArgs,
     machine: std::collections::BTreeMap<String, String>,
     cpus: Option<String>,
     (cores, load_threads): (usize, usize),
 ) -> Result<()> {
     let peers: Vec<PeerKind> = if a.peers.is_empty() {
-        match name {
-            "scale" => vec![
-                PeerKind::Sluice,
-                PeerKind::NginxReload,
-                PeerKind::HaproxyReload,
-            ],
-            "validate" => vec![PeerKind::Direct, PeerKind::Sluice],
-            _ => PeerKind::ALL.to_vec(),
-        }
+        scenario.default_peers()
     } else {
         a.peers
             .iter()
@@ -532,7 +524,7 @@ async fn run_scenario(
     let out = a
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("bench-out/{name}-{stamp}")));
+        .unwrap_or_else(|| PathBuf::from(format!("bench-out/{}-{stamp}", scenario.name())));
     let common = Common {
         quick: a.quick,
         peers,
@@ -566,21 +558,12 @@ async fn run_scenario(
         machine,
     };
     eprintln!(
-        "sluice-bench {name}{}: results in {}",
+        "sluice-bench {}{}: results in {}",
+        scenario.name(),
         if a.quick { " --quick" } else { "" },
         out.display()
     );
-    let run = async {
-        match name {
-            "churn" => scenario::churn::run(&common, true).await,
-            "static" => scenario::churn::run(&common, false).await,
-            "rps" => scenario::capacity::run(&common, Capacity::Rps).await,
-            "tps" => scenario::capacity::run(&common, Capacity::Tps).await,
-            "throughput" => scenario::capacity::run(&common, Capacity::Throughput).await,
-            "scale" => scenario::scale::run(&common).await,
-            _ => scenario::validate::run(&common).await,
-        }
-    };
+    let run = scenario.run(&common);
     let mut rep = tokio::select! {
         r = run => r,
         _ = tokio::signal::ctrl_c() => bail!("interrupted"),

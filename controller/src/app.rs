@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sluice_config::{BalancePolicy, ObjectRef, Settings, TranslateOptions};
-use sluice_proxy::pool::UpstreamSettings;
-use sluice_proxy::tls::{LoadedCert, TlsOptions};
-use sluice_proxy::upstream_tls::UpstreamTls;
+use sluice_proxy::server::tls::TlsOptions;
+use sluice_proxy::state::certs::LoadedCert;
+use sluice_proxy::upstream::pool::UpstreamSettings;
+use sluice_proxy::upstream::tls::UpstreamTls;
 use sluice_proxy::{DataPlane, ProxySettings, Server, ServerOptions};
 use tokio::task::JoinHandle;
 
@@ -78,7 +79,7 @@ impl Running {
         defaults: Defaults,
         default_cert: Option<LoadedCert>,
     ) -> anyhow::Result<Self> {
-        sluice_proxy::tls::install_default_provider();
+        sluice_proxy::crypto::install_default_provider();
         let http = listen_addr(c.http_listen.as_deref(), defaults.http)
             .map_err(anyhow::Error::msg)
             .context("--http-listen")?;
@@ -122,8 +123,8 @@ impl Running {
                 .filter(|u| !u.is_empty())
                 .collect(),
             access_log: c.access_log.then_some(match c.log_format {
-                LogFormat::Text => sluice_proxy::access::Format::Text,
-                LogFormat::Json => sluice_proxy::access::Format::Json,
+                LogFormat::Text => sluice_proxy::telemetry::access::Format::Text,
+                LogFormat::Json => sluice_proxy::telemetry::access::Format::Json,
             }),
         };
         let dp =
@@ -137,7 +138,7 @@ impl Running {
             client_send_timeout: Duration::from_secs(c.client_send_timeout.max(1)),
             ..ServerOptions::default()
         };
-        let admin_listener = sluice_proxy::listener::bind(c.admin_listen)
+        let admin_listener = sluice_proxy::server::listener::bind(c.admin_listen)
             .with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
         let admin_addr = admin_listener.local_addr()?;
         let admin_opts = sluice_proxy::admin::AdminOptions {
@@ -153,7 +154,7 @@ impl Running {
         let mut server = Server::new(Arc::clone(&dp), opts);
         let mut http_addr = None;
         if let Some(a) = http {
-            let l = sluice_proxy::listener::bind(a).with_context(|| {
+            let l = sluice_proxy::server::listener::bind(a).with_context(|| {
                 format!(
                     "binding --http-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
                 )
@@ -163,11 +164,11 @@ impl Running {
         }
         let mut https_addr = None;
         if let Some(a) = https {
-            let l = sluice_proxy::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
+            let l = sluice_proxy::server::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
             let bound = l.local_addr()?;
             dp.set_https_port(bound.port());
             https_addr = Some(bound);
-            let cfg = sluice_proxy::tls::server_config(
+            let cfg = sluice_proxy::server::tls::server_config(
                 dp.cert_store(),
                 &TlsOptions {
                     http2: c.http2,

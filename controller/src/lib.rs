@@ -1,10 +1,10 @@
-//! The `sluice` binary's library: CLI, the standalone file provider (`serve`), the Kubernetes
-//! controller (`controller`), and the wiring to the data plane.
+//! The `sluice` binary's library: the CLI, the two run modes — [`serve`] (standalone, objects
+//! from YAML files) and [`cluster`] (`sluice controller`: objects from the API server, status,
+//! leader election) — and the wiring both share to the data plane ([`app`]).
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod cli;
-pub mod controller;
+pub mod cluster;
 pub mod logging;
-pub mod manifests;
 pub mod serve;

@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Serve(a) => sluice::serve::run(a).await,
-            Command::Controller(a) => sluice::controller::run(a).await,
+            Command::Controller(a) => sluice::cluster::run(a).await,
         }
     });
     match result {

@@ -34,7 +34,7 @@ fn world(n: usize, extra_port: u16) -> World {
 }
 
 fn benches(c: &mut Criterion) {
-    sluice_proxy::tls::install_default_provider();
+    sluice_proxy::crypto::install_default_provider();
     let opts = TranslateOptions::default();
     let dp = DataPlane::new(ProxySettings::default(), None).unwrap();
     let (a, b) = (

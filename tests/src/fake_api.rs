@@ -1,5 +1,5 @@
-//! A small fake Kubernetes API server for testing the real kube client over HTTP (see
-//! `../shared/KUBE-TESTING.md`): list, watch with bookmarks, label and field selectors, ERROR 410
+//! A small fake Kubernetes API server for testing the real kube client over HTTP (what it must
+//! speak: `tests/README.md`): list, watch with bookmarks, label and field selectors, ERROR 410
 //! for expired versions, status PATCH, Lease create/get/replace, Events; plus hooks for tests to
 //! apply/delete objects, compact history, fail or close watches, and inspect requests.
 

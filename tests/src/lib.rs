@@ -205,11 +205,11 @@ where
 pub fn snapshot(yamls: &[String]) -> sluice_config::Snapshot {
     let mut w = sluice_config::World::new();
     for (i, y) in yamls.iter().enumerate() {
-        for o in sluice::manifests::parse(Path::new(&format!("doc{i}.yaml")), y)
+        for o in sluice::serve::yaml::parse(Path::new(&format!("doc{i}.yaml")), y)
             .unwrap()
             .objects
         {
-            use sluice::manifests::Object;
+            use sluice::serve::yaml::Object;
             match o {
                 Object::Ingress(x) => w.put_ingress(x),
                 Object::IngressClass(x) => w.put_ingress_class(x),
@@ -391,7 +391,7 @@ pub async fn controller(
     fake: &fake_api::FakeApi,
     identity: &str,
     extra: &[&str],
-) -> sluice::controller::Controlling {
+) -> sluice::cluster::Controlling {
     let mut argv: Vec<String> = [
         "sluice",
         "controller",
@@ -412,12 +412,12 @@ pub async fn controller(
     let sluice::cli::Command::Controller(args) = cli.command else {
         panic!("not controller")
     };
-    let timing = sluice::controller::leader::Timing {
+    let timing = sluice::cluster::leader::Timing {
         lease_duration: Duration::from_secs(2),
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
     };
-    sluice::controller::start(&args, kube_client(fake), identity.to_string(), timing)
+    sluice::cluster::start(&args, kube_client(fake), identity.to_string(), timing)
         .await
         .unwrap()
 }
@@ -470,17 +470,18 @@ pub async fn tls_serial(addr: SocketAddr, sni: &str) -> Option<String> {
             Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
         }
         fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            sluice_proxy::tls::provider()
+            sluice_proxy::crypto::provider()
                 .signature_verification_algorithms
                 .supported_schemes()
         }
     }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(sluice_proxy::tls::provider()))
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Any))
-        .with_no_client_auth();
+    let cfg =
+        rustls::ClientConfig::builder_with_provider(Arc::new(sluice_proxy::crypto::provider()))
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Any))
+            .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
     let name = rustls::pki_types::ServerName::try_from(sni.to_string()).ok()?;
     let s = tokio_rustls::TlsConnector::from(Arc::new(cfg))

@@ -20,7 +20,7 @@ fn base(fake: &FakeApi, svc: &str, addrs: &[std::net::SocketAddr]) {
     );
 }
 
-async fn ready(c: &sluice::controller::Controlling) -> bool {
+async fn ready(c: &sluice::cluster::Controlling) -> bool {
     let admin = c.running.admin_addr;
     eventually(Duration::from_secs(10), || async move {
         get(&client(), admin, "x", "/readyz")

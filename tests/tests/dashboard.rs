@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use sluice_proxy::metrics::{
+use sluice_proxy::telemetry::metrics::{
     CertInfoLabels, CertLabels, EndpointLabels, Metrics, ResultLabels, RetryLabels, RouteLabels,
     ServiceLabels,
 };

@@ -238,7 +238,7 @@ fn typed<T: DeserializeOwned + Serialize>(what: &str, original: &Value) -> T {
         .unwrap_or_else(|err| panic!("{what}: does not deserialize: {err}"));
     let round_trip = serde_json::to_value(&object)
         .unwrap_or_else(|err| panic!("{what}: does not serialize again: {err}"));
-    let unknown = sluice::manifests::unknown_fields(original, &round_trip);
+    let unknown = sluice::serve::yaml::unknown_fields(original, &round_trip);
     assert!(
         unknown.is_empty(),
         "{what}: unknown field(s) {unknown:?} (not in the Kubernetes v1.33 schema)"
@@ -1295,6 +1295,6 @@ fn unknown_fields_are_caught() {
         "metadata": {"name": "x", "namespace": "y", "lables": {"a": "b"}},
     });
     let sa: ServiceAccount = serde_json::from_value(doc.clone()).unwrap();
-    let unknown = sluice::manifests::unknown_fields(&doc, &serde_json::to_value(sa).unwrap());
+    let unknown = sluice::serve::yaml::unknown_fields(&doc, &serde_json::to_value(sa).unwrap());
     assert_eq!(unknown, ["metadata.lables"]);
 }

@@ -43,7 +43,7 @@ impl ServerCertVerifier for AcceptAny {
             m,
             c,
             d,
-            &sluice_proxy::tls::provider().signature_verification_algorithms,
+            &sluice_proxy::crypto::provider().signature_verification_algorithms,
         )
     }
     fn verify_tls13_signature(
@@ -56,11 +56,11 @@ impl ServerCertVerifier for AcceptAny {
             m,
             c,
             d,
-            &sluice_proxy::tls::provider().signature_verification_algorithms,
+            &sluice_proxy::crypto::provider().signature_verification_algorithms,
         )
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        sluice_proxy::tls::provider()
+        sluice_proxy::crypto::provider()
             .signature_verification_algorithms
             .supported_schemes()
     }
@@ -72,7 +72,7 @@ struct Opts {
 }
 
 fn client_config(o: &Opts) -> Arc<ClientConfig> {
-    let mut provider = sluice_proxy::tls::provider();
+    let mut provider = sluice_proxy::crypto::provider();
     let builder = match o.tls12_suite {
         Some(s) => {
             provider.cipher_suites = vec![s];
@@ -446,14 +446,14 @@ async fn http_redirects_to_https_and_hsts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_upstream() {
-    sluice_proxy::tls::install_default_provider();
+    sluice_proxy::crypto::install_default_provider();
     // A backend that speaks only TLS.
     let (crt, key) = self_signed(&["pod.local"]);
-    let cert = sluice_proxy::tls::load_pem(crt.as_bytes(), key.as_bytes()).unwrap();
+    let cert = sluice_proxy::state::certs::load_pem(crt.as_bytes(), key.as_bytes()).unwrap();
     let store = Arc::new(arc_swap_store(cert));
-    let cfg = sluice_proxy::tls::server_config(
+    let cfg = sluice_proxy::server::tls::server_config(
         store,
-        &sluice_proxy::tls::TlsOptions {
+        &sluice_proxy::server::tls::TlsOptions {
             http2: false,
             session_resumption: false,
         },
@@ -500,7 +500,7 @@ async fn https_upstream() {
 }
 
 fn arc_swap_store(
-    cert: sluice_proxy::tls::LoadedCert,
-) -> arc_swap::ArcSwap<sluice_proxy::tls::CertStore> {
-    arc_swap::ArcSwap::from_pointee(sluice_proxy::tls::CertStore::new(cert))
+    cert: sluice_proxy::state::certs::LoadedCert,
+) -> arc_swap::ArcSwap<sluice_proxy::state::certs::CertStore> {
+    arc_swap::ArcSwap::from_pointee(sluice_proxy::state::certs::CertStore::new(cert))
 }

@@ -159,6 +159,45 @@ pub struct Truth {
     pub status_other_non2xx: u64,
 }
 
+/// The failure causes as every report groups them into columns (the markdown report, the
+/// `load` command's summary): connect errors other than refusals count as connect timeouts'
+/// column, write failures as failed after send, malformed answers as other non-2xx.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Causes {
+    /// Connect refused.
+    pub refused: u64,
+    /// Connect timed out, or failed otherwise.
+    pub connect_timeout: u64,
+    /// TLS handshake failed.
+    pub handshake: u64,
+    /// Closed or failed after the request was (being) sent.
+    pub failed_after_send: u64,
+    /// Of those, what a browser would retry (no response byte on a reused connection).
+    pub retryable: u64,
+    /// No complete response within the timeout.
+    pub response_timeout: u64,
+    /// 5xx responses.
+    pub status_5xx: u64,
+    /// Other non-2xx responses and malformed ones.
+    pub other_non2xx: u64,
+}
+
+impl Truth {
+    /// This truth in the reports' columns.
+    pub fn causes(&self) -> Causes {
+        Causes {
+            refused: self.connect_refused,
+            connect_timeout: self.connect_timeout + self.connect_other,
+            handshake: self.handshake_failed,
+            failed_after_send: self.failed_after_send + self.write_failed,
+            retryable: self.failed_after_send_retryable,
+            response_timeout: self.response_timeout,
+            status_5xx: self.status_5xx,
+            other_non2xx: self.status_other_non2xx + self.protocol_error,
+        }
+    }
+}
+
 impl From<&Counts> for Truth {
     fn from(c: &Counts) -> Self {
         Self {

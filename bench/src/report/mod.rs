@@ -263,19 +263,19 @@ fn markdown(r: &Report) -> String {
     }
     s.push_str("\n## Per-request truth (requests without a 2xx, by cause)\n\n| peer | variant | refused | connect timeout | handshake | failed after send (retryable) | response timeout | 5xx | other non-2xx | idle closed |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for p in r.peers.iter().filter(|p| p.skipped.is_none()) {
-        let t = &p.truth;
+        let c = p.truth.causes();
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |\n",
             p.name,
             p.variant,
-            t.connect_refused,
-            t.connect_timeout + t.connect_other,
-            t.handshake_failed,
-            t.failed_after_send + t.write_failed,
-            t.failed_after_send_retryable,
-            t.response_timeout,
-            t.status_5xx,
-            t.status_other_non2xx + t.protocol_error,
+            c.refused,
+            c.connect_timeout,
+            c.handshake,
+            c.failed_after_send,
+            c.retryable,
+            c.response_timeout,
+            c.status_5xx,
+            c.other_non2xx,
             p.idle_closed_by_server
         ));
     }

@@ -20,6 +20,66 @@ use crate::pods::{Pods, Terminating};
 use crate::report::{Event, PeerResult};
 use crate::sys;
 
+/// The scenarios `sluice-bench` runs, one per subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Backends scaled 5→7→5 under constant-rate load.
+    Churn,
+    /// The same load with no backend changes (the baseline for churn).
+    Static,
+    /// Requests per second, 1 KB responses.
+    Rps,
+    /// Full TLS handshakes per second.
+    Tps,
+    /// 1 MB responses.
+    Throughput,
+    /// Many Ingresses, and what one change costs.
+    Scale,
+    /// Each peer's configuration checked against the same requests.
+    Validate,
+}
+
+impl Scenario {
+    /// The subcommand's name, used in output paths and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Churn => "churn",
+            Scenario::Static => "static",
+            Scenario::Rps => "rps",
+            Scenario::Tps => "tps",
+            Scenario::Throughput => "throughput",
+            Scenario::Scale => "scale",
+            Scenario::Validate => "validate",
+        }
+    }
+
+    /// The peers that take part when `--peers` is not given.
+    pub fn default_peers(self) -> Vec<PeerKind> {
+        match self {
+            Scenario::Scale => vec![
+                PeerKind::Sluice,
+                PeerKind::NginxReload,
+                PeerKind::HaproxyReload,
+            ],
+            Scenario::Validate => vec![PeerKind::Direct, PeerKind::Sluice],
+            _ => PeerKind::ALL.to_vec(),
+        }
+    }
+
+    /// Runs the scenario for every peer in `common`.
+    pub async fn run(self, common: &Common) -> crate::report::Report {
+        match self {
+            Scenario::Churn => churn::run(common, true).await,
+            Scenario::Static => churn::run(common, false).await,
+            Scenario::Rps => capacity::run(common, capacity::Capacity::Rps).await,
+            Scenario::Tps => capacity::run(common, capacity::Capacity::Tps).await,
+            Scenario::Throughput => capacity::run(common, capacity::Capacity::Throughput).await,
+            Scenario::Scale => scale::run(common).await,
+            Scenario::Validate => validate::run(common).await,
+        }
+    }
+}
+
 /// Samples a process tree's memory while a run goes on; CPU is read at both ends.
 #[derive(Debug)]
 pub struct Usage {

@@ -1,0 +1,208 @@
+//! `sluice serve`: the standalone provider. Objects come from manifest files, which are watched
+//! (inotify via notify) and re-applied on every change without a restart.
+
+pub mod yaml;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use notify::{RecursiveMode, Watcher};
+use sluice_config::{Problem, TranslateOptions, translate};
+use sluice_proxy::{ApplyOutcome, DataPlane};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::app::{Defaults, Running, translate_options};
+use crate::cli::ServeArgs;
+use crate::serve::yaml::YamlSet;
+
+/// Default addresses for standalone mode (unprivileged ports on loopback).
+pub const DEFAULTS: Defaults = Defaults {
+    http: "127.0.0.1:8080",
+    https: "127.0.0.1:8443",
+};
+
+/// Quiet time that ends a burst of file events.
+const QUIET: Duration = Duration::from_millis(15);
+/// Longest a burst may delay an apply.
+const MAX_DELAY: Duration = Duration::from_millis(150);
+
+/// Loads, translates and applies; logs file errors and new problems.
+#[derive(Debug)]
+pub struct FileProvider {
+    paths: Vec<PathBuf>,
+    set: YamlSet,
+    opts: TranslateOptions,
+    dp: Arc<DataPlane>,
+    reported: BTreeSet<Problem>,
+}
+
+impl FileProvider {
+    /// A provider for these paths.
+    pub fn new(paths: Vec<PathBuf>, opts: TranslateOptions, dp: Arc<DataPlane>) -> Self {
+        Self {
+            paths,
+            set: YamlSet::new(),
+            opts,
+            dp,
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// Re-reads the files and applies the result. File errors keep the file's last good objects.
+    pub fn reload(&mut self) -> anyhow::Result<ApplyOutcome> {
+        let r = self
+            .set
+            .reload(&self.paths)
+            .context("reading --manifests")?;
+        for e in &r.errors {
+            tracing::error!(file = %e.path, document = e.doc, field = %e.field, problem = %e.message, "manifest rejected; keeping its last good objects");
+        }
+        for w in &r.warnings {
+            tracing::warn!(file = %w.path, document = w.doc, field = %w.field, "{}", w.message);
+        }
+        self.dp.set_source_problems(
+            self.set
+                .problems()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        );
+        let snapshot = translate(&self.set.world(), &self.opts);
+        let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
+        for p in now.difference(&self.reported) {
+            tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
+        }
+        self.reported = now;
+        let outcome = self.dp.apply(snapshot);
+        if let ApplyOutcome::Applied {
+            generation,
+            clusters_created,
+            clusters_removed,
+            endpoint_swaps,
+        } = &outcome
+        {
+            tracing::info!(
+                generation,
+                clusters_created,
+                clusters_removed,
+                endpoint_swaps,
+                "configuration applied"
+            );
+        }
+        Ok(outcome)
+    }
+}
+
+fn relevant(event_path: &Path, roots: &[PathBuf]) -> bool {
+    roots
+        .iter()
+        .any(|r| event_path == r || event_path.starts_with(r))
+}
+
+/// A running standalone instance.
+#[derive(Debug)]
+pub struct Serving {
+    /// Data plane and listeners.
+    pub running: Running,
+    watch_task: JoinHandle<()>,
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// Starts `serve`: binds listeners, applies the files, and watches them.
+pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
+    let default_cert = match (&args.default_cert_file, &args.default_key_file) {
+        (Some(c), Some(k)) => {
+            let cert =
+                std::fs::read(c).with_context(|| format!("--default-cert-file {}", c.display()))?;
+            let key =
+                std::fs::read(k).with_context(|| format!("--default-key-file {}", k.display()))?;
+            Some(
+                sluice_proxy::state::certs::load_pem(&cert, &key)
+                    .context("--default-cert-file/--default-key-file")?,
+            )
+        }
+        _ => None,
+    };
+    let running = Running::start(&args.common, DEFAULTS, default_cert).await?;
+    let roots: Vec<PathBuf> = args
+        .manifests
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let mut provider = FileProvider::new(
+        roots.clone(),
+        translate_options(&args.common),
+        Arc::clone(&running.dp),
+    );
+    provider.reload()?;
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let filter_roots = roots.clone();
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if let Ok(ev) = ev
+            && !ev.kind.is_access()
+            && ev.paths.iter().any(|p| relevant(p, &filter_roots))
+        {
+            let _ = tx.send(());
+        }
+    })
+    .context("starting the file watcher")?;
+    for r in &roots {
+        // Watch a file's directory too, so editors that replace the file are seen.
+        let (target, mode) = if r.is_dir() {
+            (r.as_path(), RecursiveMode::Recursive)
+        } else {
+            (r.parent().unwrap_or(r), RecursiveMode::NonRecursive)
+        };
+        watcher
+            .watch(target, mode)
+            .with_context(|| format!("watching {}", target.display()))?;
+    }
+    let watch_task = tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            let seen = Instant::now();
+            let deadline = seen + MAX_DELAY;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(QUIET.min(left), rx.recv()).await {
+                    Ok(Some(())) if !left.is_zero() => continue,
+                    Ok(None) => return,
+                    _ => break,
+                }
+            }
+            match provider.reload() {
+                Ok(ApplyOutcome::Applied { .. }) => provider.dp.record_propagation(seen),
+                Ok(ApplyOutcome::Unchanged) => {}
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the current configuration")
+                }
+            }
+        }
+    });
+    Ok(Serving {
+        running,
+        watch_task,
+        _watcher: watcher,
+    })
+}
+
+impl Serving {
+    /// Stops watching and drains.
+    pub async fn shutdown(self, deadline: Duration) -> bool {
+        self.watch_task.abort();
+        self.running.shutdown(deadline).await
+    }
+}
+
+/// Runs `serve` until SIGTERM/SIGINT.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let serving = start(&args).await?;
+    crate::app::termination().await;
+    tracing::info!("shutdown requested");
+    serving.shutdown(args.common.shutdown_deadline()).await;
+    Ok(())
+}

@@ -1,0 +1,513 @@
+//! Kubernetes objects from YAML/JSON files: multi-document parsing with errors that name the
+//! file, the document and the field, warnings for fields the Kubernetes schema does not have
+//! (kubectl warns about them and the API server rejects them under strict field validation),
+//! and a [`YamlSet`] that keeps each file's last good objects when a new version of it fails
+//! to parse, and remembers what is wrong with each file until the file is fixed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sluice_config::World;
+
+/// One object sluice reads. (Variants differ in size; a list of them is short-lived.)
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Object {
+    /// networking.k8s.io/v1 Ingress.
+    Ingress(Ingress),
+    /// networking.k8s.io/v1 IngressClass.
+    IngressClass(IngressClass),
+    /// v1 Service.
+    Service(Service),
+    /// discovery.k8s.io/v1 EndpointSlice.
+    EndpointSlice(EndpointSlice),
+    /// v1 Secret.
+    Secret(Secret),
+}
+
+/// A document that could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{path}: document {doc}: {field}: {message}")]
+pub struct DocError {
+    /// File.
+    pub path: String,
+    /// 1-based document number in the file.
+    pub doc: usize,
+    /// Field path (or "-" for syntax errors).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The result of parsing one file that parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Parsed {
+    /// The objects sluice reads, in file order.
+    pub objects: Vec<Object>,
+    /// Fields that were ignored because the object's schema has no such field (a typo such as
+    /// `spec.portz` would otherwise silently change nothing).
+    pub warnings: Vec<DocError>,
+}
+
+/// Paths (`spec.rules[0].hots`) of keys present, and not null, in `original` but absent from
+/// `round_trip` — the same object deserialized into its Kubernetes type and serialized again.
+/// Those are the fields the type does not know.
+pub fn unknown_fields(original: &Value, round_trip: &Value) -> Vec<String> {
+    fn walk(original: &Value, round_trip: &Value, path: &str, out: &mut Vec<String>) {
+        match (original, round_trip) {
+            (Value::Object(original), Value::Object(round_trip)) => {
+                for (key, value) in original {
+                    if value.is_null() {
+                        continue;
+                    }
+                    let child = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    match round_trip.get(key) {
+                        Some(other) => walk(value, other, &child, out),
+                        None => out.push(child),
+                    }
+                }
+            }
+            (Value::Array(original), Value::Array(round_trip)) => {
+                for (index, value) in original.iter().enumerate() {
+                    let child = format!("{path}[{index}]");
+                    match round_trip.get(index) {
+                        Some(other) => walk(value, other, &child, out),
+                        None => out.push(child),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(original, round_trip, "", &mut out);
+    out
+}
+
+/// An object converted from one document, with the paths of the fields its type ignored.
+type Converted = (Vec<Object>, Vec<String>);
+
+fn typed<T: DeserializeOwned + Serialize>(v: Value) -> Result<(T, Vec<String>), (String, String)> {
+    let t: T = serde_path_to_error::deserialize(&v).map_err(|e| {
+        let path = e.path().to_string();
+        (
+            if path == "." { "-".to_string() } else { path },
+            e.into_inner().to_string(),
+        )
+    })?;
+    let unknown = match serde_json::to_value(&t) {
+        Ok(round_trip) => unknown_fields(&v, &round_trip),
+        Err(_) => Vec::new(),
+    };
+    Ok((t, unknown))
+}
+
+fn meta_mut(o: &mut Object) -> &mut ObjectMeta {
+    match o {
+        Object::Ingress(x) => &mut x.metadata,
+        Object::IngressClass(x) => &mut x.metadata,
+        Object::Service(x) => &mut x.metadata,
+        Object::EndpointSlice(x) => &mut x.metadata,
+        Object::Secret(x) => &mut x.metadata,
+    }
+}
+
+/// Converts one document (a `List` into its items); nothing for kinds sluice does not read.
+fn object(v: Value) -> Result<Converted, (String, String)> {
+    let kind = v
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let api = v
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let o = match (api.as_str(), kind.as_str()) {
+        (_, "List")
+        | (_, "IngressList")
+        | (_, "ServiceList")
+        | (_, "EndpointSliceList")
+        | (_, "SecretList") => {
+            let items = v
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let (mut out, mut unknown) = (Vec::new(), Vec::new());
+            for (i, item) in items.into_iter().enumerate() {
+                let (objects, fields) =
+                    object(item).map_err(|(f, m)| (format!("items[{i}].{f}"), m))?;
+                out.extend(objects);
+                unknown.extend(fields.into_iter().map(|f| format!("items[{i}].{f}")));
+            }
+            return Ok((out, unknown));
+        }
+        ("networking.k8s.io/v1", "Ingress") => wrap(typed(v)?, Object::Ingress),
+        ("networking.k8s.io/v1", "IngressClass") => wrap(typed(v)?, Object::IngressClass),
+        ("v1", "Service") => wrap(typed(v)?, Object::Service),
+        ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, Object::EndpointSlice),
+        ("v1", "Secret") => wrap(typed(v)?, Object::Secret),
+        (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret") => {
+            return Err((
+                "apiVersion".into(),
+                format!(
+                    "{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret)"
+                ),
+            ));
+        }
+        ("", _) | (_, "") => {
+            return Err((
+                "-".into(),
+                "not a Kubernetes object (apiVersion and kind are required)".into(),
+            ));
+        }
+        _ => {
+            tracing::debug!(%api, %kind, "skipping a kind sluice does not read");
+            return Ok((Vec::new(), Vec::new()));
+        }
+    };
+    let (mut o, unknown) = o;
+    let namespaced = !matches!(o, Object::IngressClass(_));
+    let meta = meta_mut(&mut o);
+    if meta.name.as_deref().is_none_or(str::is_empty) {
+        return Err(("metadata.name".into(), "is required".into()));
+    }
+    if namespaced && meta.namespace.is_none() {
+        meta.namespace = Some("default".into());
+    }
+    meta.managed_fields = None;
+    Ok((vec![o], unknown))
+}
+
+fn wrap<T>((t, unknown): (T, Vec<String>), f: fn(T) -> Object) -> (Object, Vec<String>) {
+    (f(t), unknown)
+}
+
+/// `Kind namespace/name` of an object, for messages.
+fn describe(o: &Object) -> String {
+    let (kind, meta) = match o {
+        Object::Ingress(x) => ("Ingress", &x.metadata),
+        Object::IngressClass(x) => ("IngressClass", &x.metadata),
+        Object::Service(x) => ("Service", &x.metadata),
+        Object::EndpointSlice(x) => ("EndpointSlice", &x.metadata),
+        Object::Secret(x) => ("Secret", &x.metadata),
+    };
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// Parses every document of a file. Any bad document fails the whole file, so a half-edited file
+/// never replaces its last good version. Unknown fields do not fail it: they are ignored, as the
+/// API server's default (non-strict) field validation does, and returned as warnings.
+pub fn parse(path: &Path, text: &str) -> Result<Parsed, DocError> {
+    let err = |doc: usize, field: String, message: String| DocError {
+        path: path.display().to_string(),
+        doc,
+        field,
+        message,
+    };
+    let mut out = Parsed::default();
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let v =
+            Value::deserialize(doc).map_err(|e| err(i + 1, "-".into(), format!("YAML: {e}")))?;
+        if v.is_null() {
+            continue;
+        }
+        let (objects, unknown) = object(v).map_err(|(f, m)| err(i + 1, f, m))?;
+        let what = objects.first().map(describe).unwrap_or_default();
+        out.warnings.extend(unknown.into_iter().map(|field| {
+            err(
+                i + 1,
+                field,
+                format!(
+                    "{what}: unknown field, ignored (kubectl warns about it; the API server rejects it under strict field validation)"
+                ),
+            )
+        }));
+        out.objects.extend(objects);
+    }
+    Ok(out)
+}
+
+fn is_manifest(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Files under the given paths (directories searched recursively, hidden entries skipped).
+pub fn discover(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+            {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if is_manifest(&p) {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            // A named file is read whatever its extension; a missing one is an error.
+            std::fs::metadata(p)?;
+            out.push(p.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct FileState {
+    /// Hash of the content last read, good or bad (an unchanged bad file is not parsed again).
+    content_hash: u64,
+    /// The objects of the last version that parsed (none if no version ever did).
+    objects: Vec<Object>,
+    /// Why the current content was rejected, while it is.
+    error: Option<DocError>,
+    /// Unknown fields in the current content.
+    warnings: Vec<DocError>,
+}
+
+/// What a reload found that is new: errors and warnings of the files that changed.
+#[derive(Debug, Default)]
+pub struct Reload {
+    /// Files (re)parsed successfully.
+    pub parsed: usize,
+    /// Files that failed (their last good objects stay).
+    pub errors: Vec<DocError>,
+    /// Unknown fields in files that (re)parsed.
+    pub warnings: Vec<DocError>,
+    /// Files that disappeared.
+    pub removed: usize,
+}
+
+/// The objects of every manifest file, keeping the last good version of each file.
+#[derive(Debug, Default)]
+pub struct YamlSet {
+    files: BTreeMap<PathBuf, FileState>,
+}
+
+fn content_hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+impl YamlSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Re-reads the files; only files whose content changed are parsed again.
+    pub fn reload(&mut self, paths: &[PathBuf]) -> std::io::Result<Reload> {
+        let files = discover(paths)?;
+        let mut r = Reload::default();
+        let mut seen: HashMap<PathBuf, ()> = HashMap::new();
+        for f in files {
+            seen.insert(f.clone(), ());
+            let (hash, outcome) = match std::fs::read_to_string(&f) {
+                Ok(text) => {
+                    let hash = content_hash(&text);
+                    if self.files.get(&f).is_some_and(|s| s.content_hash == hash) {
+                        continue;
+                    }
+                    (hash, parse(&f, &text))
+                }
+                // Unreadable: reported, and tried again on the next reload.
+                Err(e) => (
+                    0,
+                    Err(DocError {
+                        path: f.display().to_string(),
+                        doc: 0,
+                        field: "-".into(),
+                        message: format!("cannot read: {e}"),
+                    }),
+                ),
+            };
+            let state = self.files.entry(f).or_insert_with(|| FileState {
+                content_hash: 0,
+                objects: Vec::new(),
+                error: None,
+                warnings: Vec::new(),
+            });
+            state.content_hash = hash;
+            match outcome {
+                Ok(parsed) => {
+                    r.parsed += 1;
+                    r.warnings.extend(parsed.warnings.iter().cloned());
+                    state.objects = parsed.objects;
+                    state.warnings = parsed.warnings;
+                    state.error = None;
+                }
+                Err(e) => {
+                    r.errors.push(e.clone());
+                    state.error = Some(e);
+                }
+            }
+        }
+        let before = self.files.len();
+        self.files.retain(|p, _| seen.contains_key(p));
+        r.removed = before - self.files.len();
+        Ok(r)
+    }
+
+    /// Everything wrong with the files as they are now: each rejected file's error and each
+    /// unknown field, in file order. Cleared for a file when it is fixed or removed.
+    pub fn problems(&self) -> Vec<DocError> {
+        self.files
+            .values()
+            .flat_map(|s| s.error.iter().chain(&s.warnings))
+            .cloned()
+            .collect()
+    }
+
+    /// Builds the world from every file's objects (a later file wins a duplicate name).
+    pub fn world(&self) -> World {
+        let mut w = World::new();
+        for state in self.files.values() {
+            for o in &state.objects {
+                match o.clone() {
+                    Object::Ingress(x) => w.put_ingress(x),
+                    Object::IngressClass(x) => w.put_ingress_class(x),
+                    Object::Service(x) => w.put_service(x),
+                    Object::EndpointSlice(x) => {
+                        w.put_endpoint_slice(x);
+                    }
+                    Object::Secret(x) => w.put_secret(x),
+                }
+            }
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_multi_document_files_and_names_bad_fields() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n---\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n";
+        let objs = parse(Path::new("f.yaml"), text).unwrap().objects;
+        assert_eq!(objs.len(), 1);
+        let Object::Service(s) = &objs[0] else {
+            panic!("not a service")
+        };
+        assert_eq!(s.metadata.namespace.as_deref(), Some("default"));
+
+        let bad = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: b}\nspec: {ports: [{port: eighty}]}\n";
+        let e = parse(Path::new("f.yaml"), bad).unwrap_err();
+        assert_eq!(e.doc, 2);
+        assert_eq!(e.field, "spec.ports[0].port");
+        assert!(
+            e.to_string()
+                .starts_with("f.yaml: document 2: spec.ports[0].port:"),
+            "{e}"
+        );
+
+        let syntax = parse(Path::new("f.yaml"), "kind: [unclosed").unwrap_err();
+        assert!(syntax.message.starts_with("YAML:"), "{syntax}");
+        let noname = parse(
+            Path::new("f.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {}\n",
+        )
+        .unwrap_err();
+        assert_eq!(noname.field, "metadata.name");
+        let oldapi = parse(
+            Path::new("f.yaml"),
+            "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata: {name: x}\n",
+        )
+        .unwrap_err();
+        assert_eq!(oldapi.field, "apiVersion");
+    }
+
+    #[test]
+    fn unknown_fields_are_warnings_with_their_paths() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, creationTimestamp: null}\nspec: {ports: [{port: 80, portz: 81}], bogusField: 1}\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: s, namespace: n}\n  typo: x\n";
+        let parsed = parse(Path::new("f.yaml"), text).unwrap();
+        assert_eq!(parsed.objects.len(), 2, "unknown fields do not reject");
+        let got: Vec<String> = parsed.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert!(
+            got[0].starts_with(
+                "f.yaml: document 1: spec.bogusField: Service default/a: unknown field"
+            ),
+            "{got:#?}"
+        );
+        assert!(got[1].starts_with("f.yaml: document 1: spec.ports[0].portz: Service default/a:"));
+        assert!(got[2].starts_with("f.yaml: document 2: items[0].typo: Secret n/s:"));
+        // Null values (kubectl's `creationTimestamp: null`) are not unknown fields.
+        assert!(!got.iter().any(|g| g.contains("creationTimestamp")));
+    }
+
+    #[test]
+    fn a_set_remembers_what_is_wrong_until_the_file_is_fixed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (good, bad) = (dir.path().join("good.yaml"), dir.path().join("bad.yaml"));
+        let svc =
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n";
+        std::fs::write(&good, svc).unwrap();
+        std::fs::write(&bad, "kind: [unclosed").unwrap();
+        let roots = [dir.path().to_path_buf()];
+        let mut set = YamlSet::new();
+        let r = set.reload(&roots).unwrap();
+        assert_eq!((r.parsed, r.errors.len()), (1, 1));
+        assert_eq!(set.problems().len(), 1);
+        // Another file changes: the bad file is not re-read (unchanged), but is still wrong.
+        std::fs::write(&good, svc.replace("port: 80}", "port: 80, portz: 1}")).unwrap();
+        let r = set.reload(&roots).unwrap();
+        assert_eq!((r.parsed, r.errors.len(), r.warnings.len()), (1, 0, 1));
+        let problems: Vec<String> = set.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(
+            problems[0].contains("bad.yaml: document 1: -: YAML:"),
+            "{problems:#?}"
+        );
+        assert!(problems[1].contains("good.yaml: document 1: spec.ports[0].portz:"));
+        // Fixing both clears both; removing a file clears its problems too.
+        std::fs::write(&bad, svc.replace("name: a", "name: b")).unwrap();
+        std::fs::write(&good, svc).unwrap();
+        set.reload(&roots).unwrap();
+        assert!(set.problems().is_empty(), "{:?}", set.problems());
+        std::fs::write(&bad, "kind: [unclosed").unwrap();
+        set.reload(&roots).unwrap();
+        assert_eq!(set.problems().len(), 1);
+        std::fs::remove_file(&bad).unwrap();
+        set.reload(&roots).unwrap();
+        assert!(set.problems().is_empty());
+        assert_eq!(set.world().services.len(), 1);
+    }
+}

@@ -1,0 +1,414 @@
+//! The request handler: route → redirect or forward → response, with the standard proxy headers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
+use sluice_config::request_path;
+use sluice_config::{BalancePolicy, UpstreamProtocol};
+use tokio::io::AsyncWriteExt;
+
+use crate::handler::ConnInfo;
+use crate::handler::local::{
+    SERVER, error_response, failed, local, redirect, timed_out, unasked_switch,
+};
+use crate::io::activity::{Activity, Watched};
+use crate::state::dataplane::DataPlane;
+use crate::state::routes::{Action, RouteTable, Target};
+use crate::telemetry::access::{self, UpstreamSeen};
+use crate::upstream::balance::{KeySource, request_hash};
+use crate::upstream::body::{ReqBody, RespBody};
+use crate::upstream::retry::{self, Plan};
+use crate::wire::decode::lists;
+use crate::wire::hop;
+
+/// Routes and forwards the normalised path (see [`sluice_config::request_path`]): a request
+/// whose path changes gets the normalised one in its URI (query kept); one whose path climbs
+/// above the root, or is not a path, is answered 400 and its connection closed.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Box<Response<RespBody>>> {
+    let bad = || {
+        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Box::new(r)
+    };
+    let uri = req.uri();
+    // `*` (OPTIONS) and authority-form have no path to route; CONNECT was refused already.
+    if uri.path() == "*" {
+        return Ok(());
+    }
+    let normal = match request_path::normalize(uri.path()) {
+        Ok(std::borrow::Cow::Borrowed(_)) => return Ok(()),
+        Ok(std::borrow::Cow::Owned(p)) => p,
+        Err(_) => return Err(bad()),
+    };
+    let pq = match uri.query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq.parse().map_err(|_| bad())?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| bad())?;
+    Ok(())
+}
+
+/// Whether every protocol an `Upgrade` value offers is one sluice tunnels (`websocket` unless
+/// `--allowed-upgrades` says more). Anything else — `h2c` above all, which would turn the
+/// upstream connection into an HTTP/2 connection sluice no longer routes — is not tunnelled:
+/// the `Upgrade` field is dropped as hop-by-hop and the request goes on as a plain one.
+fn upgrade_allowed(value: &[u8], allowed: &[String]) -> bool {
+    let mut any = false;
+    for offer in value.split(|b| *b == b',') {
+        let offer = offer.trim_ascii();
+        let name = offer.split(|b| *b == b'/').next().unwrap_or_default();
+        if name.is_empty() {
+            continue;
+        }
+        any = true;
+        if !allowed
+            .iter()
+            .any(|a| a.as_bytes().eq_ignore_ascii_case(name))
+        {
+            return false;
+        }
+    }
+    any
+}
+
+/// Requests no route may see: `CONNECT` (an ingress is not a forward proxy, and a 2xx to it
+/// would turn the upstream connection into a tunnel), and HTTP/1 requests whose target host is
+/// ambiguous — several `Host` fields, or none in HTTP/1.1 (RFC 9112 §3.2 requires a 400), since
+/// routing and the upstream could otherwise disagree on the host.
+fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
+    if req.method() == http::Method::CONNECT {
+        let mut r = local(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "405 Method Not Allowed: CONNECT is not served\n",
+        );
+        r.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+        return Some(r);
+    }
+    if req.version() <= Version::HTTP_11 {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let first = hosts.next();
+        let missing =
+            first.is_none() && req.version() == Version::HTTP_11 && req.uri().authority().is_none();
+        if hosts.next().is_some() || missing {
+            let mut r = local(
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: exactly one Host header is required\n",
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+    } else {
+        // HTTP/2: routed on `:authority`; a `host` field must agree with it, and there may be
+        // only one (RFC 9113 §8.3.1), or the backend could read a different host.
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let first = hosts.next();
+        let disagrees = match (first, req.uri().authority()) {
+            (Some(h), Some(a)) => !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()),
+            _ => false,
+        };
+        if hosts.next().is_some() || disagrees {
+            return Some(local(
+                StatusCode::BAD_REQUEST,
+                "400 Bad Request: host and :authority disagree\n",
+            ));
+        }
+    }
+    None
+}
+
+/// Handles one request end to end. Loads the route table exactly once.
+pub async fn handle(
+    dp: Arc<DataPlane>,
+    conn: Arc<ConnInfo>,
+    mut req: Request<Option<Incoming>>,
+) -> Response<RespBody> {
+    let table = dp.routes();
+    let started = Instant::now();
+    let Some(log) = dp.access_log() else {
+        return handle_in(&table, &dp, &conn, req, started).await;
+    };
+    let seen = access::Seen::of(
+        &req.method().clone(),
+        &req.uri().clone(),
+        req.version(),
+        req.headers_mut(),
+    );
+    let resp = handle_in(&table, &dp, &conn, req, started).await;
+    log.record(
+        conn.remote.ip(),
+        &seen,
+        &access::Answered::of(&resp),
+        started,
+    );
+    resp
+}
+
+/// [`handle`] with the route table already loaded (by the fast path, which looked the request
+/// up before deciding it needs the general handler) and the time the request started.
+pub(crate) async fn handle_in(
+    table: &RouteTable,
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    mut req: Request<Option<Incoming>>,
+    started: Instant,
+) -> Response<RespBody> {
+    if let Some(refusal) = refuse_early(&req) {
+        return refusal;
+    }
+    if let Err(refusal) = normalize_path(&mut req) {
+        return *refusal;
+    }
+    let raw_host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+        })
+        .unwrap_or("");
+    if !raw_host.is_empty() && !valid_request_host(raw_host) {
+        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    }
+    let mut buf = HostBuf::default();
+    let host = normalize_request_host(raw_host, &mut buf);
+    let Some(action) = table.lookup(host, req.uri().path()) else {
+        let mut r = local(
+            StatusCode::NOT_FOUND,
+            "404 Not Found: no route for this host and path\n",
+        );
+        if dp.is_draining() && req.version() <= Version::HTTP_11 {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return r;
+    };
+    let http1 = req.version() <= Version::HTTP_11;
+    let resp = route(dp, conn, action, req).await;
+    finish(dp, conn, action, resp, http1, started)
+}
+
+/// What every routed response gets: `Connection: close` while draining (HTTP/1), HSTS on
+/// TLS, and the route's request metrics.
+pub(crate) fn finish(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    action: &Action,
+    mut resp: Response<RespBody>,
+    http1: bool,
+    started: Instant,
+) -> Response<RespBody> {
+    if http1 && dp.is_draining() {
+        // Shutting down: tell keep-alive clients, on a response, that this connection ends, so
+        // none of them races a new request against the close.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    if conn.tls
+        && let Some(h) = &action.hsts
+    {
+        resp.headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, h.clone());
+    }
+    action
+        .stats
+        .record(resp.status().as_u16(), started.elapsed());
+    if dp.access_log().is_some() {
+        resp.extensions_mut().insert(action.names.clone());
+    }
+    resp
+}
+
+async fn route(
+    dp: &DataPlane,
+    conn: &ConnInfo,
+    action: &Action,
+    req: Request<Option<Incoming>>,
+) -> Response<RespBody> {
+    if action.ssl_redirect && !conn.tls {
+        let host = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        return redirect(&host, req.uri(), dp.https_port());
+    }
+    let cluster = match &action.target {
+        Target::Unavailable(why) => {
+            return failed(StatusCode::SERVICE_UNAVAILABLE, "-", &why);
+        }
+        Target::Cluster(c) => c,
+    };
+    let s = &dp.settings;
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > s.max_body_size
+    {
+        return local(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "413 Payload Too Large: the limit is {} bytes\n",
+                s.max_body_size
+            ),
+        );
+    }
+    let (mut parts, body) = req.into_parts();
+    let h2_up = cluster.protocol == UpstreamProtocol::H2c;
+    let upgrade = !h2_up
+        && lists(&parts.headers, &header::CONNECTION, "upgrade")
+        && parts
+            .headers
+            .get(header::UPGRADE)
+            .is_some_and(|v| upgrade_allowed(v.as_bytes(), &s.allowed_upgrades));
+    let client_upgrade = if upgrade {
+        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
+    let authority = parts.uri.authority().map(|a| a.as_str().to_string());
+    hop::strip(&mut parts.headers, upgrade);
+    let h = &mut parts.headers;
+    // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
+    // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
+    if let Some(a) = authority
+        .as_deref()
+        .and_then(|a| HeaderValue::from_str(a).ok())
+    {
+        h.insert(header::HOST, a);
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if h2_up {
+        parts.version = Version::HTTP_2;
+        let host = h
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("localhost");
+        parts.uri = format!("http://{host}{pq}")
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"));
+    }
+    let key = match &cluster.balance {
+        BalancePolicy::Hash(k) => {
+            let headers = &parts.headers;
+            let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+            request_hash(
+                k,
+                &KeySource {
+                    client_ip: conn.remote.ip(),
+                    uri: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                    header: &lookup,
+                },
+            )
+        }
+        _ => None,
+    };
+    let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
+    let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
+    let fwd = conn.proxy_headers();
+    let sent = Instant::now();
+    let delivered =
+        match tokio::time::timeout(s.request_timeout, retry::send(cluster, up_req, plan, &fwd))
+            .await
+        {
+            Err(_) => return timed_out(&cluster.name, s.request_timeout),
+            Ok(Err(e)) => return error_response(&cluster.name, &e),
+            Ok(Ok(d)) => d,
+        };
+    let retry::Delivered {
+        response,
+        upgrade,
+        endpoint,
+        retries,
+    } = delivered;
+    let (mut rparts, rbody) = response.into_parts();
+    let took = sent.elapsed();
+    cluster.stats.response_duration.observe(took);
+    if dp.access_log().is_some() {
+        rparts.extensions.insert(UpstreamSeen {
+            addr: endpoint.addr,
+            status: rparts.status.as_u16(),
+            duration: took,
+            retries,
+        });
+    }
+    if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // The connection now belongs to the tunnel; it never goes back to the pool.
+        let (Some(client), Some(up)) = (client_upgrade, upgrade) else {
+            // A switch nobody asked for: passing it on would leave the client speaking a
+            // protocol we do not tunnel.
+            return unasked_switch(&cluster.name);
+        };
+        tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout));
+        rparts.headers.insert(header::SERVER, SERVER.clone());
+        return Response::from_parts(rparts, RespBody::empty());
+    }
+    hop::strip(&mut rparts.headers, false);
+    rparts.headers.insert(header::SERVER, SERVER.clone());
+    rparts.version = Version::HTTP_11;
+    Response::from_parts(rparts, rbody)
+}
+
+/// Joins the client's upgraded connection with the upstream socket: first the bytes the
+/// upstream sent right after its 101, then both directions until either side closes.
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    up: retry::UpstreamUpgrade,
+    idle: std::time::Duration,
+) {
+    let retry::UpstreamUpgrade {
+        io: mut upstream,
+        leftover,
+        in_flight: _in_flight,
+    } = up;
+    let client = match client.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let activity = Activity::new();
+    let mut client = Watched::new(TokioIo::new(client), Arc::clone(&activity));
+    if !leftover.is_empty()
+        && let Err(e) = client.write_all(&leftover).await
+    {
+        tracing::debug!(error = %e, "tunnel closed with an error");
+        return;
+    }
+    // Every byte either way crosses `client`, so its activity is the tunnel's.
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "tunnel closed with an error");
+            }
+        }
+        why = activity.watch(std::time::Duration::MAX, idle) => {
+            tracing::debug!(why, "tunnel closed");
+        }
+    }
+}

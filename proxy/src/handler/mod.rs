@@ -1,0 +1,15 @@
+//! Routing a request and answering it: the direct handler (body-less HTTP/1 requests to HTTP/1
+//! upstreams, straight from the fast reader's bytes), the general handler (everything else, on
+//! hyper's request types), the local answers, and the HTTP/1 response writer the fast path
+//! shares with the direct handler.
+//!
+//! The server calls in here; nothing here calls the server.
+
+mod conn;
+pub(crate) mod direct;
+pub mod general;
+pub(crate) mod local;
+pub(crate) mod respond;
+
+pub use conn::ConnInfo;
+pub use general::handle;

@@ -1,0 +1,311 @@
+//! Client-facing listeners: accept, optional TLS, HTTP/1.1 + HTTP/2 through hyper-util's auto
+//! builder, and graceful shutdown (keep-alive connections close after their current request,
+//! HTTP/2 connections get GOAWAY, in-flight requests finish within the deadline).
+
+pub mod fastpath;
+pub mod listener;
+pub mod tls;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use bytes::Bytes;
+use http::Request;
+use hyper::body::Incoming;
+
+use crate::handler::{ConnInfo, handle};
+use crate::io::activity::{Activity, SendDeadline, Watched};
+use crate::io::prefixed::Prefixed;
+use crate::state::dataplane::DataPlane;
+use fastpath::{FastPath, Outcome};
+
+/// Listener options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Serve HTTP/2 (prior knowledge on cleartext, ALPN on TLS).
+    pub http2: bool,
+    /// Time allowed to receive a request head.
+    pub header_read_timeout: Duration,
+    /// Largest request head (bytes); larger heads get 431.
+    pub max_header_size: usize,
+    /// Most client connections open at once.
+    pub max_connections: usize,
+    /// Time allowed for a TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// Longest a write to a client may stay blocked (the client not reading) before the
+    /// connection is closed.
+    pub client_send_timeout: Duration,
+    /// Longest silence on a connection hyper serves (HTTP/2, h2c, HTTP/1 with a body); a
+    /// client that sends no more than a preface is dropped at the header timeout.
+    pub client_idle_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            http2: true,
+            header_read_timeout: Duration::from_secs(30),
+            max_header_size: 64 * 1024,
+            max_connections: 50_000,
+            tls_handshake_timeout: Duration::from_secs(10),
+            client_idle_timeout: Duration::from_secs(75),
+            client_send_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Runs the accept loops and drains them on shutdown.
+#[derive(Debug)]
+pub struct Server {
+    dp: Arc<DataPlane>,
+    opts: ServerOptions,
+    graceful: Arc<GracefulShutdown>,
+    stop: watch::Sender<bool>,
+    /// Tells fast-path connections waiting for a request to close (hyper's connections get
+    /// the same from `graceful`).
+    close_idle: watch::Sender<bool>,
+    loops: JoinSet<()>,
+    limit: Arc<Semaphore>,
+}
+
+impl Server {
+    /// A server for this data plane.
+    pub fn new(dp: Arc<DataPlane>, opts: ServerOptions) -> Self {
+        let limit = Arc::new(Semaphore::new(opts.max_connections));
+        Self {
+            dp,
+            opts,
+            graceful: Arc::new(GracefulShutdown::new()),
+            stop: watch::channel(false).0,
+            close_idle: watch::channel(false).0,
+            loops: JoinSet::new(),
+            limit,
+        }
+    }
+
+    /// Starts serving on a bound listener; `tls` makes it an HTTPS listener.
+    pub fn serve(&mut self, listener: TcpListener, tls: Option<TlsAcceptor>) {
+        let ctx = AcceptCtx {
+            dp: Arc::clone(&self.dp),
+            opts: self.opts.clone(),
+            graceful: Arc::clone(&self.graceful),
+            limit: Arc::clone(&self.limit),
+            tls,
+            builder: Arc::new(builder(&self.opts)),
+            close_idle: self.close_idle.subscribe(),
+        };
+        let stop = self.stop.subscribe();
+        if self.loops.is_empty() {
+            self.loops
+                .spawn(sweep_idle_loop(Arc::clone(&self.dp), self.stop.subscribe()));
+        }
+        self.loops.spawn(accept_loop(listener, ctx, stop));
+        self.dp.set_listening();
+    }
+
+    /// Stops accepting, asks every connection to finish, and waits up to `deadline` for them.
+    /// Returns whether everything finished in time.
+    ///
+    /// Order: readiness false and listeners closed; then a short lame-duck period in which every
+    /// HTTP/1 response carries `Connection: close` (busy keep-alive clients learn of the close on
+    /// a response instead of racing a request against it); then idle connections are closed,
+    /// HTTP/2 gets GOAWAY, and in-flight requests finish.
+    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        let started = std::time::Instant::now();
+        self.dp.start_draining();
+        let _ = self.stop.send(true);
+        while self.loops.join_next().await.is_some() {}
+        let lame_duck = (deadline / 4).min(Duration::from_secs(1));
+        tokio::time::sleep(lame_duck).await;
+        let deadline = deadline.saturating_sub(started.elapsed());
+        let open = self.graceful.count();
+        tracing::info!(open_connections = open, ?deadline, "draining connections");
+        let _ = self.close_idle.send(true);
+        match Arc::try_unwrap(self.graceful) {
+            Ok(g) => tokio::time::timeout(deadline, g.shutdown()).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// How often idle upstream connections are checked for closes and expiry.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Closes dead and expired idle upstream connections every [`SWEEP_EVERY`] until `stop`.
+async fn sweep_idle_loop(dp: Arc<DataPlane>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        let closed = dp.sweep_idle_connections();
+        if closed > 0 {
+            tracing::debug!(closed, "idle upstream connections closed");
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AcceptCtx {
+    dp: Arc<DataPlane>,
+    opts: ServerOptions,
+    graceful: Arc<GracefulShutdown>,
+    limit: Arc<Semaphore>,
+    tls: Option<TlsAcceptor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    close_idle: watch::Receiver<bool>,
+}
+
+fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .max_buf_size(opts.max_header_size.max(8192))
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX));
+    if opts.http2 { b } else { b.http1_only() }
+}
+
+async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Receiver<bool>) {
+    let local = listener.local_addr().ok();
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = stop.changed() => return,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let (stream, remote) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let info = Arc::new(ConnInfo::new(
+            remote,
+            stream.local_addr().ok().or(local).unwrap_or(remote),
+            ctx.tls.is_some(),
+            ctx.dp.settings.trusts(remote.ip()),
+        ));
+        let watcher = ctx.graceful.watcher();
+        let conn_ctx = ConnCtx {
+            dp: Arc::clone(&ctx.dp),
+            tls: ctx.tls.clone(),
+            builder: Arc::clone(&ctx.builder),
+            handshake_timeout: ctx.opts.tls_handshake_timeout,
+            header_read_timeout: ctx.opts.header_read_timeout,
+            client_idle_timeout: ctx.opts.client_idle_timeout,
+            client_send_timeout: ctx.opts.client_send_timeout,
+            max_header_size: ctx.opts.max_header_size.max(8192),
+            close_idle: ctx.close_idle.clone(),
+        };
+        tokio::spawn(async move {
+            let ctx = conn_ctx;
+            let _permit = permit;
+            let m = &ctx.dp.metrics;
+            m.connections.inc();
+            m.connections_active.inc();
+            match &ctx.tls {
+                None => serve_conn(stream, info, &ctx, watcher, true).await,
+                Some(acceptor) => {
+                    let accepted = std::time::Instant::now();
+                    match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(tls)) => {
+                            let hs = &ctx.dp.handshakes;
+                            hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
+                            // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
+                            let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                            serve_conn(tls, info, &ctx, watcher, fast).await;
+                        }
+                        Ok(Err(e)) => {
+                            ctx.dp.handshakes.error();
+                            tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => ctx.dp.handshakes.timeout(),
+                    }
+                }
+            }
+            m.connections_active.dec();
+        });
+    }
+}
+
+/// What one connection task needs (no reference to the shutdown coordinator itself).
+struct ConnCtx {
+    dp: Arc<DataPlane>,
+    tls: Option<TlsAcceptor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    handshake_timeout: Duration,
+    header_read_timeout: Duration,
+    client_idle_timeout: Duration,
+    client_send_timeout: Duration,
+    max_header_size: usize,
+    close_idle: watch::Receiver<bool>,
+}
+
+/// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
+/// from the start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
+async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, fast: bool)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = SendDeadline::new(io, ctx.client_send_timeout);
+    let (io, prefix) = if fast {
+        let mut fp = FastPath {
+            dp: Arc::clone(&ctx.dp),
+            info: Arc::clone(&info),
+            header_read_timeout: ctx.header_read_timeout,
+            max_header_size: ctx.max_header_size,
+            close_idle: ctx.close_idle.clone(),
+        };
+        match fastpath::serve(io, &mut fp).await {
+            // The watcher drops here: shutdown stops waiting for this connection.
+            Outcome::Closed => return,
+            Outcome::HandOver(io, prefix) => (io, prefix),
+        }
+    } else {
+        (io, Bytes::new())
+    };
+    let dp = Arc::clone(&ctx.dp);
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
+        async move { Ok::<_, Infallible>(handle(dp, info, req.map(Some)).await) }
+    });
+    let activity = Activity::new();
+    let io = Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity));
+    let conn = ctx
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .into_owned();
+    tokio::select! {
+        r = watcher.watch(conn) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+        }
+        why = activity.watch(ctx.header_read_timeout, ctx.client_idle_timeout) => {
+            tracing::debug!(why, "client connection closed");
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The data plane's state and its swap points: the route table ([`routes`], one `ArcSwap`),
+//! each pool's endpoint set (in [`crate::upstream::cluster`]), and the certificate store
+//! ([`certs`]). [`dataplane::DataPlane`] applies a snapshot to all three.
+
+pub mod certs;
+pub mod dataplane;
+pub mod routes;
+pub mod settings;

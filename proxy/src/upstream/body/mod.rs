@@ -1,0 +1,8 @@
+//! The two body types that cross the proxy: the request body going upstream ([`ReqBody`]) and
+//! the response body going to the client ([`RespBody`]).
+
+mod request;
+mod response;
+
+pub use request::ReqBody;
+pub use response::RespBody;

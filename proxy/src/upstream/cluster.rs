@@ -1,0 +1,229 @@
+//! Upstream pools ([`Cluster`]): one per Service port, with an endpoint set that is swapped as a
+//! whole, and endpoint picking by the pool's policy ([`crate::upstream::balance`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use sluice_config::{BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, UpstreamProtocol};
+
+use crate::clock::nanos_at;
+use crate::telemetry::metrics::{Metrics, RetryLabels, ServiceLabels};
+use crate::upstream::endpoint::{Endpoint, EndpointSet, Member};
+use crate::upstream::pool::{PoolKey, PoolRegistry};
+
+/// Counters of one pool, resolved once.
+#[derive(Debug, Clone)]
+pub struct ClusterStats {
+    /// Connect failures.
+    pub connect_errors: prometheus_client::metrics::counter::Counter,
+    /// Retries, indexed by [`RetryReason`].
+    pub retries: [prometheus_client::metrics::counter::Counter; 4],
+    /// Ejections.
+    pub ejections: prometheus_client::metrics::counter::Counter,
+    /// Time from sending to the response head.
+    pub response_duration: crate::telemetry::metrics::AtomicHistogram,
+}
+
+/// An upstream pool. Kept across snapshots as long as its key, protocol and policy stay; only
+/// its endpoint set is swapped.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Which Service port.
+    pub key: ClusterKey,
+    /// `namespace/service:port`, for labels and error bodies.
+    pub name: String,
+    /// Protocol to the pods.
+    pub protocol: UpstreamProtocol,
+    /// Balancing policy.
+    pub balance: BalancePolicy,
+    /// The current endpoints.
+    pub endpoints: ArcSwap<EndpointSet>,
+    /// Metric handles.
+    pub stats: ClusterStats,
+    rr: AtomicUsize,
+}
+
+/// Small fixed list of endpoints already tried by one request.
+#[derive(Debug, Default)]
+pub struct Tried {
+    addrs: [Option<SocketAddr>; 8],
+    len: usize,
+}
+
+impl Tried {
+    /// Adds an address (ignored past capacity).
+    pub fn push(&mut self, a: SocketAddr) {
+        if self.len < self.addrs.len() {
+            self.addrs[self.len] = Some(a);
+            self.len += 1;
+        }
+    }
+
+    /// Whether `a` was tried.
+    pub fn contains(&self, a: &SocketAddr) -> bool {
+        self.addrs[..self.len].iter().any(|x| x.as_ref() == Some(a))
+    }
+
+    /// How many were tried.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none was tried.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Cluster {
+    /// Creates a pool from its spec.
+    pub fn new(spec: &ClusterSpec, pools: &PoolRegistry, metrics: &Metrics) -> Self {
+        let name = spec.key.to_string();
+        let labels = ServiceLabels {
+            service: name.clone(),
+        };
+        let c = Self {
+            key: spec.key.clone(),
+            protocol: spec.protocol,
+            balance: spec.balance.clone(),
+            endpoints: ArcSwap::from_pointee(EndpointSet::default()),
+            stats: ClusterStats {
+                connect_errors: metrics.connect_errors.get_or_create_owned(&labels),
+                retries: RetryReason::ALL.map(|r| {
+                    metrics.retries.get_or_create_owned(&RetryLabels {
+                        service: name.clone(),
+                        reason: r.label(),
+                    })
+                }),
+                ejections: metrics.ejections.get_or_create_owned(&labels),
+                response_duration: metrics
+                    .upstream_response_duration
+                    .get_or_create_owned(&labels),
+            },
+            name,
+            rr: AtomicUsize::new(fastrand::usize(..)),
+        };
+        c.set_endpoints(&spec.endpoints, pools);
+        c
+    }
+
+    /// Whether this pool can be kept for `spec` (same identity; endpoints may differ).
+    pub fn compatible(&self, spec: &ClusterSpec) -> bool {
+        self.protocol == spec.protocol && self.balance == spec.balance
+    }
+
+    /// Swaps in a new endpoint set when it differs; reuses `Arc<Endpoint>`s by address so their
+    /// state survives. Returns whether anything was swapped.
+    pub fn set_endpoints(&self, specs: &[EndpointSpec], pools: &PoolRegistry) -> bool {
+        let current = self.endpoints.load();
+        if current.same_as(specs) {
+            return false;
+        }
+        let mut old: HashMap<SocketAddr, &Arc<Endpoint>> = current
+            .members
+            .iter()
+            .map(|m| (m.endpoint.addr, &m.endpoint))
+            .collect();
+        let members = specs
+            .iter()
+            .map(|s| Member {
+                endpoint: old.remove(&s.addr).cloned().unwrap_or_else(|| {
+                    let key = PoolKey {
+                        addr: s.addr,
+                        protocol: self.protocol,
+                    };
+                    Arc::new(Endpoint::new(s.addr, pools.get(key)))
+                }),
+                state: s.state,
+            })
+            .collect();
+        self.endpoints.store(Arc::new(EndpointSet::new(members)));
+        true
+    }
+
+    /// Picks an endpoint for a request, avoiding the ones it already tried and, while others
+    /// exist, ejected and draining ones (see [`crate::upstream::balance`] for the policies). `key` is the
+    /// request's hash for a hashing policy. `None` only when the pool has no endpoint at all
+    /// left to try.
+    pub fn pick(
+        &self,
+        set: &EndpointSet,
+        tried: &Tried,
+        key: Option<u64>,
+    ) -> Option<Arc<Endpoint>> {
+        self.pick_at(set, tried, Instant::now(), key)
+    }
+
+    /// [`Cluster::pick`] with the time already read.
+    pub fn pick_at(
+        &self,
+        set: &EndpointSet,
+        tried: &Tried,
+        now: Instant,
+        key: Option<u64>,
+    ) -> Option<Arc<Endpoint>> {
+        let now = nanos_at(now);
+        for list in [&set.ready, &set.draining] {
+            if let Some(e) = self.pick_from(list, tried, now, true, key) {
+                return Some(e);
+            }
+        }
+        // Everything left is ejected: trying one beats failing the request outright.
+        for list in [&set.ready, &set.draining] {
+            if let Some(e) = self.pick_from(list, tried, now, false, key) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    fn pick_from(
+        &self,
+        list: &[Arc<Endpoint>],
+        tried: &Tried,
+        now: u64,
+        healthy_only: bool,
+        key: Option<u64>,
+    ) -> Option<Arc<Endpoint>> {
+        let usable =
+            |e: &Arc<Endpoint>| !(tried.contains(&e.addr) || (healthy_only && e.is_ejected(now)));
+        crate::upstream::balance::pick(&self.balance, list, usable, &self.rr, key)
+    }
+}
+
+/// Why an attempt was followed by another (the `reason` label of the retries metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// Connecting failed.
+    ConnectFailed = 0,
+    /// The connection closed before the request was written.
+    NotSent = 1,
+    /// A reused (idle) connection broke after the request was written.
+    IdleClosed = 2,
+    /// A new connection broke after the request was written, before any response byte.
+    BrokeAfterSend = 3,
+}
+
+impl RetryReason {
+    /// Every reason, in label order.
+    pub const ALL: [RetryReason; 4] = [
+        RetryReason::ConnectFailed,
+        RetryReason::NotSent,
+        RetryReason::IdleClosed,
+        RetryReason::BrokeAfterSend,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RetryReason::ConnectFailed => "connect_failed",
+            RetryReason::NotSent => "closed_before_send",
+            RetryReason::IdleClosed => "idle_connection_closed",
+            RetryReason::BrokeAfterSend => "broke_after_send",
+        }
+    }
+}

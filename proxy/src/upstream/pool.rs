@@ -1,0 +1,405 @@
+//! The upstream connection pool, keyed by connection identity (address + protocol). It is never
+//! rebuilt by a configuration swap: endpoints hold an `Arc<HostPool>` obtained from the
+//! [`PoolRegistry`], and a re-created endpoint for the same address gets the same pool back.
+//!
+//! HTTP/1.1 connections wait in a lock-free queue while idle; HTTP/2 (h2c) shares one
+//! multiplexed connection per address.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use crossbeam_queue::SegQueue;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use sluice_config::UpstreamProtocol;
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::error::{Error, Kind};
+use crate::upstream::body::ReqBody;
+use crate::upstream::h1::{H1Conn, UpIo};
+use crate::upstream::tls::UpstreamTls;
+
+/// Identity of a connection: who we talk to and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// Upstream address.
+    pub addr: SocketAddr,
+    /// Protocol (HTTP/1.1, h2c, HTTPS).
+    pub protocol: UpstreamProtocol,
+}
+
+/// Timeouts and limits for upstream connections.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    /// Time allowed for TCP connect (and TLS handshake).
+    pub connect_timeout: Duration,
+    /// Idle connections older than this are not reused.
+    pub idle_timeout: Duration,
+    /// `TCP_USER_TIMEOUT`: unacknowledged data for this long kills the connection, so a pod that
+    /// vanished without a RST is noticed in about this time.
+    pub user_timeout: Duration,
+    /// Idle connections kept per address.
+    pub max_idle_per_host: usize,
+    /// Longest silence from an upstream while its response body is read (nginx's
+    /// `proxy_read_timeout`); the body then fails and the client connection is closed.
+    pub read_timeout: Duration,
+    /// TLS client for HTTPS upstreams.
+    pub tls: UpstreamTls,
+}
+
+impl Default for UpstreamSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(60),
+            user_timeout: Duration::from_secs(2),
+            max_idle_per_host: 512,
+            read_timeout: Duration::from_secs(60),
+            tls: UpstreamTls::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct IdleH1 {
+    conn: H1Conn,
+    since: Instant,
+}
+
+/// Connections to one address with one protocol.
+#[derive(Debug)]
+pub struct HostPool {
+    /// The identity.
+    pub key: PoolKey,
+    settings: Arc<UpstreamSettings>,
+    /// Idle HTTP/1 connections, oldest first. A `SegQueue` grows in small blocks as
+    /// connections are returned, where a bounded `ArrayQueue` would preallocate
+    /// `max_idle_per_host` slots per endpoint (≈ 28 KB each: 1.4 GB at 50,000 endpoints).
+    idle: SegQueue<IdleH1>,
+    /// Length of `idle`, kept separately to enforce `max_idle_per_host` without a lock.
+    idle_len: AtomicUsize,
+    h2: ArcSwapOption<http2::SendRequest<ReqBody>>,
+}
+
+/// A checked-out HTTP/1 connection; [`PooledH1::release`] puts it back.
+#[derive(Debug)]
+pub struct PooledH1 {
+    /// The connection.
+    pub conn: H1Conn,
+    pool: Arc<HostPool>,
+}
+
+impl PooledH1 {
+    /// The pool's read timeout for response bodies.
+    pub fn read_timeout(&self) -> Duration {
+        self.pool.settings.read_timeout
+    }
+    /// Returns the connection to the idle queue (dropped when the queue is full). Call only
+    /// when the last response ended cleanly and allowed keep-alive.
+    pub fn release(self) {
+        if !self.conn.is_clean() {
+            // Bytes past the end of the response: the next request would read them as its
+            // answer.
+            return;
+        }
+        let pool = &self.pool;
+        if pool.idle_len.fetch_add(1, Ordering::AcqRel) >= pool.settings.max_idle_per_host.max(1) {
+            pool.idle_len.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        pool.idle.push(IdleH1 {
+            conn: self.conn,
+            since: Instant::now(),
+        });
+    }
+}
+
+/// An HTTP/1 connection plus whether it came from the idle pool (a reused connection may have
+/// been closed by the peer in the meantime, which makes a replay safe for idempotent requests).
+#[derive(Debug)]
+pub struct Checkout {
+    /// The connection.
+    pub conn: PooledH1,
+    /// Taken from the pool rather than freshly connected.
+    pub reused: bool,
+}
+
+impl HostPool {
+    fn pop_idle(&self) -> Option<IdleH1> {
+        let idle = self.idle.pop()?;
+        self.idle_len.fetch_sub(1, Ordering::AcqRel);
+        Some(idle)
+    }
+
+    fn new(key: PoolKey, settings: Arc<UpstreamSettings>) -> Self {
+        Self {
+            key,
+            idle: SegQueue::new(),
+            idle_len: AtomicUsize::new(0),
+            h2: ArcSwapOption::empty(),
+            settings,
+        }
+    }
+
+    /// Idle HTTP/1 connections right now.
+    pub fn idle_count(&self) -> usize {
+        self.idle_len.load(Ordering::Acquire)
+    }
+
+    /// Closes idle connections that are past the idle timeout or that the upstream closed (or
+    /// sent unasked bytes on), so they do not sit in `CLOSE_WAIT` holding a descriptor and a
+    /// buffer until the endpoint's next request. Returns how many were closed. Takes every
+    /// idle connection out once; a checkout racing with the sweep may open a new connection
+    /// instead of reusing one, which is harmless.
+    pub fn sweep_idle(&self) -> usize {
+        let mut closed = 0;
+        for _ in 0..self.idle_count() {
+            let Some(mut idle) = self.pop_idle() else {
+                break;
+            };
+            if idle.since.elapsed() > self.settings.idle_timeout || !idle.conn.is_usable() {
+                closed += 1;
+                continue;
+            }
+            self.idle_len.fetch_add(1, Ordering::AcqRel);
+            self.idle.push(idle);
+        }
+        closed
+    }
+
+    /// Gets an HTTP/1 connection (cleartext or TLS): a live idle one when there is one, else
+    /// a new one; with `fresh` always a new one (after a pooled connection turned out dead,
+    /// see `upstream`).
+    /// `now` is the time the caller read last (idle connections past the idle timeout then are
+    /// not reused).
+    pub async fn checkout_h1(
+        self: &Arc<Self>,
+        fresh: bool,
+        now: Instant,
+    ) -> Result<Checkout, Error> {
+        while !fresh && let Some(mut idle) = self.pop_idle() {
+            if now.saturating_duration_since(idle.since) > self.settings.idle_timeout
+                || !idle.conn.is_usable()
+            {
+                continue;
+            }
+            return Ok(Checkout {
+                conn: PooledH1 {
+                    conn: idle.conn,
+                    pool: Arc::clone(self),
+                },
+                reused: true,
+            });
+        }
+        // Boxed: the connect and TLS handshake futures are large, and every request's future
+        // would otherwise carry (and move) them although most requests reuse a connection.
+        Box::pin(self.connect_h1()).await
+    }
+
+    async fn connect_h1(self: &Arc<Self>) -> Result<Checkout, Error> {
+        let stream = self.connect_tcp().await?;
+        let io = match self.key.protocol {
+            UpstreamProtocol::Https => UpIo::Tls(Box::new(
+                self.settings
+                    .tls
+                    .connect(self.key.addr, stream, self.settings.connect_timeout)
+                    .await?,
+            )),
+            _ => UpIo::Plain(stream),
+        };
+        Ok(Checkout {
+            conn: PooledH1 {
+                conn: H1Conn::new(io),
+                pool: Arc::clone(self),
+            },
+            reused: false,
+        })
+    }
+
+    /// Gets the shared HTTP/2 (h2c) connection, opening it when there is none or it closed.
+    /// Returns the sender and whether it was reused.
+    pub async fn checkout_h2(
+        self: &Arc<Self>,
+    ) -> Result<(http2::SendRequest<ReqBody>, bool), Error> {
+        if let Some(s) = self.h2.load_full()
+            && !s.is_closed()
+            && s.is_ready()
+        {
+            return Ok(((*s).clone(), true));
+        }
+        let stream = self.connect_tcp().await?;
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(20))
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::caused(Kind::UpstreamHandshake, e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream h2 connection ended");
+            }
+        });
+        self.h2.store(Some(Arc::new(sender.clone())));
+        Ok((sender, false))
+    }
+
+    async fn connect_tcp(&self) -> Result<TcpStream, Error> {
+        let socket = self.socket().map_err(|e| Error::caused(Kind::Connect, e))?;
+        let addr = self.key.addr;
+        match tokio::time::timeout(self.settings.connect_timeout, socket.connect(addr)).await {
+            Err(_) => Err(Error::new(Kind::ConnectTimeout(
+                self.settings.connect_timeout,
+            ))),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                Err(Error::new(Kind::ConnectRefused))
+            }
+            Ok(Err(e)) => Err(Error::caused(Kind::Connect, e)),
+            Ok(Ok(s)) => Ok(s),
+        }
+    }
+
+    /// A socket set up for an upstream connection: no Nagle, a TCP user timeout, keep-alive.
+    fn socket(&self) -> io::Result<TcpSocket> {
+        let addr = self.key.addr;
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_nodelay(true)?;
+        {
+            let s = SockRef::from(&socket);
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            s.set_tcp_user_timeout(Some(self.settings.user_timeout))?;
+            s.set_tcp_keepalive(
+                &TcpKeepalive::new()
+                    .with_time(Duration::from_secs(30))
+                    .with_interval(Duration::from_secs(5)),
+            )?;
+        }
+        Ok(socket)
+    }
+}
+
+/// Hands out one [`HostPool`] per identity for as long as anybody holds it.
+#[derive(Debug)]
+pub struct PoolRegistry {
+    settings: Arc<UpstreamSettings>,
+    pools: Mutex<Identities>,
+}
+
+/// The registry's map, and the size at which it next forgets unused identities.
+#[derive(Debug)]
+struct Identities {
+    map: HashMap<PoolKey, Weak<HostPool>>,
+    sweep_at: usize,
+}
+
+/// Smallest map size at which unused identities are swept.
+const MIN_SWEEP: usize = 64;
+
+impl PoolRegistry {
+    /// A registry with these settings.
+    pub fn new(settings: UpstreamSettings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            pools: Mutex::new(Identities {
+                map: HashMap::new(),
+                sweep_at: MIN_SWEEP,
+            }),
+        }
+    }
+
+    /// Sweeps the idle connections of every live pool (see [`HostPool::sweep_idle`]); returns
+    /// how many were closed. The registry lock is held only to collect the pools.
+    pub fn sweep_idle(&self) -> usize {
+        let live: Vec<Arc<HostPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            pools.map.values().filter_map(Weak::upgrade).collect()
+        };
+        live.iter().map(|p| p.sweep_idle()).sum()
+    }
+
+    /// The pool for `key` (control path only: called when an endpoint is created).
+    pub fn get(&self, key: PoolKey) -> Arc<HostPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = pools.map.get(&key).and_then(Weak::upgrade) {
+            return p;
+        }
+        // Forget identities nobody uses any more. The sweep is O(map size), so it runs only
+        // when the map has doubled since the last one: amortised O(1) per new identity, and
+        // an endpoint change in a cluster with 50,000 endpoints does not scan all of them.
+        if pools.map.len() >= pools.sweep_at {
+            pools.map.retain(|_, w| w.strong_count() > 0);
+            pools.sweep_at = (pools.map.len() * 2).max(MIN_SWEEP);
+        }
+        let p = Arc::new(HostPool::new(key, Arc::clone(&self.settings)));
+        pools.map.insert(key, Arc::downgrade(&p));
+        p
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> PoolKey {
+        PoolKey {
+            addr: SocketAddr::from(([10, 0, 0, 1], port)),
+            protocol: UpstreamProtocol::Http1,
+        }
+    }
+
+    fn map_len(r: &PoolRegistry) -> usize {
+        r.pools.lock().unwrap().map.len()
+    }
+
+    #[test]
+    fn one_pool_per_identity_while_in_use() {
+        let r = PoolRegistry::new(UpstreamSettings::default());
+        let a = r.get(key(1));
+        assert!(Arc::ptr_eq(&a, &r.get(key(1))), "same identity, same pool");
+        assert!(
+            !Arc::ptr_eq(&a, &r.get(key(2))),
+            "other address, other pool"
+        );
+        let h2 = PoolKey {
+            protocol: UpstreamProtocol::H2c,
+            ..key(1)
+        };
+        assert!(!Arc::ptr_eq(&a, &r.get(h2)), "other protocol, other pool");
+    }
+
+    #[test]
+    fn unused_identities_are_forgotten_and_the_map_stays_bounded() {
+        let r = PoolRegistry::new(UpstreamSettings::default());
+        let kept: Vec<_> = (0..10).map(|p| r.get(key(p))).collect();
+        // Endpoints come and go: each new pool is dropped at once.
+        for p in 1000..11_000 {
+            drop(r.get(key(p)));
+            assert!(map_len(&r) <= 2 * MIN_SWEEP.max(kept.len()) + 1);
+        }
+        // Pools still in use survive every sweep.
+        for (p, pool) in kept.iter().enumerate() {
+            assert!(Arc::ptr_eq(pool, &r.get(key(p as u16))));
+        }
+    }
+
+    #[test]
+    fn sweeps_are_amortised_when_many_identities_are_live() {
+        let r = PoolRegistry::new(UpstreamSettings::default());
+        let live: Vec<_> = (0..5000).map(|p| r.get(key(p))).collect();
+        let sweep_at = r.pools.lock().unwrap().sweep_at;
+        // With 5,000 live pools the next sweep waits until the map has doubled, instead of
+        // scanning all of them for every new endpoint.
+        assert!(sweep_at > live.len(), "sweep_at {sweep_at}");
+        assert_eq!(map_len(&r), live.len());
+    }
+}
