@@ -5,13 +5,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_config::translate::cluster_endpoints;
 use sluice_config::world::{Key, key_of};
 use sluice_config::{ClusterKey, Problem, Snapshot, TranslateOptions, World, translate};
 use sluice_proxy::{ApplyOutcome, DataPlane};
 use tokio::sync::{mpsc, watch};
+// tokio's clock, so that a paused test runtime drives the quiet time and the maximum delay.
+use tokio::time::Instant;
 
 use super::watch::{ALL_KINDS, Change, KindId, Obj, Seen};
 
@@ -187,7 +189,7 @@ impl Rebuilder {
             };
             for key in keys {
                 let applied = cluster_endpoints(&self.world, key)
-                    .is_some_and(|eps| self.dp.update_endpoints(key, &eps, Some(seen)));
+                    .is_some_and(|eps| self.dp.update_endpoints(key, &eps, Some(seen.into_std())));
                 fallback |= !applied;
             }
         }
@@ -208,7 +210,7 @@ impl Rebuilder {
 
     /// Translates the whole world and applies it.
     pub fn rebuild(&mut self) -> Arc<Snapshot> {
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let snapshot = translate(&self.world, &self.opts);
         let translate_time = started.elapsed();
         let mut by_service: HashMap<Key, Vec<ClusterKey>> = HashMap::new();
@@ -223,7 +225,7 @@ impl Rebuilder {
         let outcome = self.dp.apply(snapshot);
         for seen in self.pending_seen.drain(..) {
             if !matches!(outcome, ApplyOutcome::Unchanged) {
-                self.dp.record_propagation(seen);
+                self.dp.record_propagation(seen.into_std());
             }
         }
         self.dirty_since = None;
@@ -297,7 +299,7 @@ pub async fn run(mut r: Rebuilder, mut rx: mpsc::UnboundedReceiver<Seen>) {
 
 async fn sleep_until(t: Option<Instant>) {
     if let Some(t) = t {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await;
+        tokio::time::sleep_until(t).await;
     }
 }
 
@@ -311,4 +313,176 @@ pub fn problem_set(p: &[Problem]) -> BTreeMap<(String, String, String), Problem>
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The loop on tokio's paused clock: how changes are coalesced into rebuilds, and the
+    //! EndpointSlice fast path that swaps a pool without one.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::networking::v1::Ingress;
+    use serde_json::json;
+    use sluice_proxy::ProxySettings;
+
+    use super::*;
+    use crate::cluster::watch::Obj;
+
+    fn ingress() -> Obj {
+        Obj::Ingress(Arc::new(
+            serde_json::from_value::<Ingress>(json!({
+                "metadata": {"namespace": "ns", "name": "ing",
+                    "annotations": {"kubernetes.io/ingress.class": "sluice"}},
+                "spec": {"rules": [{"host": "a.example", "http": {"paths": [{
+                    "path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "svc", "port": {"number": 80}}}}]}}]}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn service(name: &str) -> Obj {
+        Obj::Service(Arc::new(
+            serde_json::from_value::<Service>(json!({
+                "metadata": {"namespace": "ns", "name": name},
+                "spec": {"ports": [{"port": 80, "targetPort": 8080}]}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn slice(service: &str, ips: &[&str]) -> Obj {
+        let endpoints: Vec<_> = ips
+            .iter()
+            .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
+            .collect();
+        Obj::EndpointSlice(Arc::new(
+            serde_json::from_value::<EndpointSlice>(json!({
+                "metadata": {"namespace": "ns", "name": format!("{service}-1"),
+                    "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4",
+                "ports": [{"port": 8080}],
+                "endpoints": endpoints
+            }))
+            .unwrap(),
+        ))
+    }
+
+    struct Harness {
+        tx: mpsc::UnboundedSender<Seen>,
+        dp: Arc<DataPlane>,
+        published: watch::Receiver<Published>,
+    }
+
+    impl Harness {
+        /// A running loop that has listed one Ingress, its Service and a slice of one pod,
+        /// and applied them once.
+        async fn start() -> Self {
+            let dp = DataPlane::new(ProxySettings::default(), None).unwrap();
+            let (published_tx, published) = watch::channel(Published::default());
+            let (ingress_tx, _) = watch::channel(0);
+            let r = Rebuilder::new(
+                TranslateOptions::default(),
+                Arc::clone(&dp),
+                published_tx,
+                ingress_tx,
+            );
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(r, rx));
+            let h = Self { tx, dp, published };
+            for kind in ALL_KINDS {
+                h.send(Change::Init(kind));
+                let objs = match kind {
+                    KindId::Ingress => vec![ingress()],
+                    KindId::Service => vec![service("svc")],
+                    KindId::EndpointSlice => vec![slice("svc", &["10.0.0.1"])],
+                    KindId::IngressClass | KindId::Secret => vec![],
+                };
+                for o in objs {
+                    h.send(Change::InitApply(o));
+                }
+                h.send(Change::InitDone(kind));
+            }
+            tokio::time::sleep(MAX_DELAY).await;
+            assert_eq!(h.applies(), 1, "the initial lists make one snapshot");
+            h.dp.set_listening();
+            h
+        }
+
+        fn send(&self, c: Change) {
+            self.tx.send((c, Instant::now())).unwrap();
+        }
+
+        fn applies(&self) -> u64 {
+            self.published.borrow().applies
+        }
+
+        fn endpoints(&self) -> usize {
+            self.dp
+                .clusters()
+                .first()
+                .map_or(0, |c| c.endpoints.load().members.len())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_change_is_applied_after_the_quiet_time() {
+        let h = Harness::start().await;
+        h.send(Change::Apply(service("other")));
+        tokio::time::sleep(QUIET - Duration::from_millis(1)).await;
+        assert_eq!(h.applies(), 1, "not before the quiet time");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(h.applies(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_coalesced_and_never_delayed_past_the_maximum() {
+        let h = Harness::start().await;
+        // A change every 20 ms for one second: the quiet time never passes, so only the
+        // maximum delay (300 ms) ends a batch.
+        let mut first_apply = None;
+        let started = Instant::now();
+        for _ in 0..50 {
+            h.send(Change::Apply(service("other")));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if first_apply.is_none() && h.applies() > 1 {
+                first_apply = Some(started.elapsed());
+            }
+        }
+        tokio::time::sleep(QUIET + Duration::from_millis(1)).await;
+        let rebuilds = h.applies() - 1;
+        assert!(
+            (3..=5).contains(&rebuilds),
+            "50 changes made {rebuilds} rebuilds"
+        );
+        let first = first_apply.unwrap();
+        assert!(
+            first <= MAX_DELAY + Duration::from_millis(20),
+            "first batch at {first:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endpoint_change_swaps_the_pool_without_a_rebuild() {
+        let h = Harness::start().await;
+        assert_eq!(h.endpoints(), 1);
+        h.send(Change::Apply(slice("svc", &["10.0.0.1", "10.0.0.2"])));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(h.endpoints(), 2, "swapped at once");
+        tokio::time::sleep(MAX_DELAY * 2).await;
+        assert_eq!(h.applies(), 1, "no rebuild");
+
+        // A slice of a Service no pool uses changes nothing routable: no rebuild either.
+        h.send(Change::Apply(slice("unused", &["10.0.0.9"])));
+        tokio::time::sleep(MAX_DELAY * 2).await;
+        assert_eq!(h.applies(), 1);
+
+        // Deleting the slice empties the pool, again without a rebuild.
+        h.send(Change::Delete(slice("svc", &[])));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(h.endpoints(), 0);
+        assert_eq!(h.applies(), 1);
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Secret, Service};

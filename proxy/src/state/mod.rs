@@ -6,3 +6,6 @@ pub mod certs;
 pub mod dataplane;
 pub mod routes;
 pub mod settings;
+
+#[cfg(test)]
+mod tests;

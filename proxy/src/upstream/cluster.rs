@@ -227,3 +227,111 @@ impl RetryReason {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::net::SocketAddr;
+
+    use sluice_config::{ClusterKey, EndpointState};
+
+    use super::*;
+    use crate::upstream::pool::UpstreamSettings;
+
+    fn spec(eps: &[(u8, EndpointState)]) -> ClusterSpec {
+        ClusterSpec {
+            key: ClusterKey {
+                namespace: "ns".into(),
+                service: "svc".into(),
+                port: 80,
+            },
+            protocol: UpstreamProtocol::Http1,
+            balance: BalancePolicy::RoundRobin,
+            endpoints: eps
+                .iter()
+                .map(|&(i, state)| EndpointSpec {
+                    addr: SocketAddr::from(([10, 0, 0, i], 80)),
+                    state,
+                })
+                .collect(),
+        }
+    }
+
+    fn pool(eps: &[(u8, EndpointState)]) -> (Cluster, PoolRegistry) {
+        let pools = PoolRegistry::new(UpstreamSettings::default());
+        let c = Cluster::new(&spec(eps), &pools, &Metrics::new());
+        (c, pools)
+    }
+
+    fn last_octet(e: &Endpoint) -> u8 {
+        match e.addr {
+            SocketAddr::V4(a) => a.ip().octets()[3],
+            SocketAddr::V6(_) => 0,
+        }
+    }
+
+    const R: EndpointState = EndpointState::Ready;
+    const D: EndpointState = EndpointState::Draining;
+
+    #[test]
+    fn a_pick_skips_what_the_request_tried_and_ejected_endpoints_while_others_are_healthy() {
+        let (c, _pools) = pool(&[(1, R), (2, R), (3, R)]);
+        let set = c.endpoints.load_full();
+        let mut tried = Tried::default();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let e = c.pick(&set, &tried, None).unwrap();
+            tried.push(e.addr);
+            seen.push(last_octet(&e));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, [1, 2, 3], "each endpoint once");
+        assert!(c.pick(&set, &tried, None).is_none(), "nothing left to try");
+
+        set.ready[0].fail_and_eject();
+        for _ in 0..20 {
+            let e = c.pick(&set, &Tried::default(), None).unwrap();
+            assert_ne!(e.addr, set.ready[0].addr, "ejected endpoint skipped");
+        }
+        set.ready[1].fail_and_eject();
+        set.ready[2].fail_and_eject();
+        assert!(
+            c.pick(&set, &Tried::default(), None).is_some(),
+            "all ejected: one is still tried rather than failing the request"
+        );
+    }
+
+    #[test]
+    fn draining_endpoints_are_picked_only_when_no_ready_one_is_left() {
+        let (c, _pools) = pool(&[(1, R), (2, D)]);
+        let set = c.endpoints.load_full();
+        for _ in 0..20 {
+            assert_eq!(
+                last_octet(&c.pick(&set, &Tried::default(), None).unwrap()),
+                1
+            );
+        }
+        let mut tried = Tried::default();
+        tried.push(set.ready[0].addr);
+        assert_eq!(last_octet(&c.pick(&set, &tried, None).unwrap()), 2);
+    }
+
+    #[test]
+    fn a_new_set_reuses_endpoints_by_address_and_an_equal_one_is_not_swapped() {
+        let (c, pools) = pool(&[(1, R), (2, R)]);
+        let before = c.endpoints.load_full();
+        assert!(!c.set_endpoints(&spec(&[(1, R), (2, R)]).endpoints, &pools));
+        assert!(
+            Arc::ptr_eq(&before, &c.endpoints.load_full()),
+            "not swapped"
+        );
+        assert!(c.set_endpoints(&spec(&[(2, D), (3, R)]).endpoints, &pools));
+        let after = c.endpoints.load_full();
+        assert!(Arc::ptr_eq(
+            &before.members[1].endpoint,
+            &after.members[0].endpoint
+        ));
+        assert_eq!(after.draining.len(), 1);
+        assert_eq!(last_octet(&after.ready[0]), 3);
+    }
+}

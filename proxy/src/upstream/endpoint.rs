@@ -227,3 +227,66 @@ impl EndpointSet {
                 .all(|(m, s)| m.endpoint.addr == s.addr && m.state == s.state)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::upstream::pool::{PoolKey, PoolRegistry, UpstreamSettings};
+
+    fn endpoint() -> Arc<Endpoint> {
+        let addr = SocketAddr::from(([10, 0, 0, 1], 80));
+        let pools = PoolRegistry::new(UpstreamSettings::default());
+        let pool = pools.get(PoolKey {
+            addr,
+            protocol: sluice_config::UpstreamProtocol::Http1,
+        });
+        Arc::new(Endpoint::new(addr, pool))
+    }
+
+    #[test]
+    fn ejection_doubles_with_each_consecutive_failure_up_to_the_cap() {
+        let e = endpoint();
+        let got: Vec<Duration> = (0..10).map(|_| e.fail_and_eject()).collect();
+        assert_eq!(got[0], BASE_EJECTION);
+        assert_eq!(got[1], BASE_EJECTION * 2);
+        assert_eq!(got[2], BASE_EJECTION * 4);
+        assert!(got.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*got.last().unwrap(), MAX_EJECTION);
+        assert!(e.is_ejected(now_nanos()));
+        assert!(
+            !e.is_ejected(now_nanos() + 31_000_000_000),
+            "over after the cap"
+        );
+        assert_eq!(e.failures(), 10);
+    }
+
+    #[test]
+    fn an_answer_ends_the_failure_streak_and_a_counted_failure_does_not_eject() {
+        let e = endpoint();
+        e.fail_and_eject();
+        e.fail_and_eject();
+        e.start().responded();
+        assert_eq!(
+            e.fail_and_eject(),
+            BASE_EJECTION,
+            "streak cleared by the answer"
+        );
+        let fresh = endpoint();
+        fresh.count_failure();
+        assert_eq!(fresh.failures(), 1);
+        assert!(!fresh.is_ejected(now_nanos()));
+    }
+
+    #[test]
+    fn in_flight_counts_what_is_open_and_requests_what_was_started() {
+        let e = endpoint();
+        let a = e.start();
+        let b = e.start();
+        assert_eq!((e.in_flight(), e.requests()), (2, 2));
+        drop(a);
+        assert_eq!(e.in_flight(), 1);
+        drop(b);
+        assert_eq!((e.in_flight(), e.requests()), (0, 2));
+    }
+}
