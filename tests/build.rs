@@ -7,9 +7,10 @@
 //! | `no_kubectl` | `$KUBECTL`, else `kubectl` on `PATH`, does not run | kustomize renders |
 //! | `no_helm` | `$HELM`, else `helm` on `PATH` or in `~/go/bin`, does not run | chart renders |
 //! | `no_prometheus_parser` | neither `python3` nor `/usr/bin/python3` imports `prometheus_client.openmetrics.parser` (Debian: `python3-prometheus-client`) | `/metrics` parse |
+//! | `no_real_apiserver` | not root, no `unshare`/`ip`, or `target/kube-apiserver/kube-apiserver` not built (`tests/kube-apiserver/build.sh`) | the controller suite against a real kube-apiserver |
 //!
 //! The script runs again when `PATH`, `KUBECTL`, `HELM` or a `PATH` directory changes (a tool was
-//! installed or removed).
+//! installed or removed), or when the kube-apiserver is (re)built.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -32,7 +33,12 @@ fn first_that_runs(env: &str, candidates: Vec<String>, args: &[&str]) -> bool {
 }
 
 fn main() {
-    for cfg in ["no_kubectl", "no_helm", "no_prometheus_parser"] {
+    for cfg in [
+        "no_kubectl",
+        "no_helm",
+        "no_prometheus_parser",
+        "no_real_apiserver",
+    ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
     for env in ["PATH", "KUBECTL", "HELM", "HOME"] {
@@ -71,5 +77,23 @@ fn main() {
     match python {
         Some(p) => println!("cargo::rustc-env=SLUICE_TEST_PYTHON={p}"),
         None => println!("cargo::rustc-cfg=no_prometheus_parser"),
+    }
+
+    // The real kube-apiserver tier: the binary (watched through the directory build.sh writes,
+    // which exists once target/ does), root for a network namespace, and the tools that make it.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let server_dir = Path::new(&manifest).join("../target/kube-apiserver");
+    let target = Path::new(&manifest).join("../target");
+    if let Some(dir) = [server_dir.clone(), target]
+        .into_iter()
+        .find(|d| d.is_dir())
+    {
+        println!("cargo::rerun-if-changed={}", dir.display());
+    }
+    let built = server_dir.join("kube-apiserver").is_file() && server_dir.join("stamp").is_file();
+    let root = runs("sh", &["-c", "test \"$(id -u)\" = 0"]);
+    let netns = runs("unshare", &["--net", "--", "ip", "link", "set", "lo", "up"]);
+    if !(built && root && netns) {
+        println!("cargo::rustc-cfg=no_real_apiserver");
     }
 }

@@ -19,8 +19,13 @@ use sluice_bench::backend::{Backend, BackendConfig};
 
 /// Starts a backend named `name` on a free loopback port.
 pub async fn backend(name: &str) -> Backend {
+    backend_at(name, "127.0.0.1:0".parse().unwrap()).await
+}
+
+/// A test backend answering with its name, listening on `addr`.
+pub async fn backend_at(name: &str, addr: SocketAddr) -> Backend {
     Backend::start(
-        "127.0.0.1:0".parse().unwrap(),
+        addr,
         BackendConfig {
             name: name.to_string(),
             body_size: 1024,
@@ -369,7 +374,9 @@ pub fn self_signed(names: &[&str]) -> (String, String) {
             .unwrap();
     (ck.cert.pem(), ck.signing_key.serialize_pem())
 }
+pub mod apis;
 pub mod fake_api;
+pub mod real_api;
 
 /// Parses multi-document YAML into JSON values (for the fake API server).
 pub fn yaml_objects(yaml: &str) -> Vec<serde_json::Value> {
@@ -389,6 +396,15 @@ pub fn kube_client(fake: &fake_api::FakeApi) -> kube::Client {
 /// Starts `sluice controller` in-process against the fake, with fast leader-election timing.
 pub async fn controller(
     fake: &fake_api::FakeApi,
+    identity: &str,
+    extra: &[&str],
+) -> sluice::cluster::Controlling {
+    controller_with(kube_client(fake), identity, extra).await
+}
+
+/// Starts `sluice controller` in-process with this client, with fast leader-election timing.
+pub async fn controller_with(
+    kube: kube::Client,
     identity: &str,
     extra: &[&str],
 ) -> sluice::cluster::Controlling {
@@ -417,7 +433,7 @@ pub async fn controller(
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
     };
-    sluice::cluster::start(&args, kube_client(fake), identity.to_string(), timing)
+    sluice::cluster::start(&args, kube, identity.to_string(), timing)
         .await
         .unwrap()
 }

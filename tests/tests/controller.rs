@@ -1,23 +1,71 @@
-//! `sluice controller` against the in-repo fake API server, with the real kube client over HTTP.
+//! `sluice controller` against two API servers with the real kube client: the in-repo fake
+//! (`tests/src/fake_api.rs`), and a real kube-apiserver built from Go modules
+//! (`tests/kube-apiserver/`), the controller running as the ServiceAccount and RBAC of
+//! `manifests/base`. Each test body runs against both (`*_fake`, `*_real`); what only the fake can
+//! do (outages, compaction) is fake-only. The real variants run in a network namespace of their
+//! own (see `sluice_tests::real_api::in_private_network`) and are ignored, with the reason, where
+//! the machine cannot make one or the server is not built.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use serde_json::json;
+use sluice_tests::apis::{TestApi, controller_user};
 use sluice_tests::fake_api::FakeApi;
+use sluice_tests::real_api::in_private_network;
 use sluice_tests::*;
 
-fn apply_all(fake: &FakeApi, yaml: &str) {
-    for o in yaml_objects(yaml) {
-        fake.apply(o);
-    }
+/// Defines `$fake` and `$real`, running `$body` against each server. The real variant also
+/// checks that the shipped RBAC let the controller do everything it tried (no 403).
+macro_rules! on_both {
+    ($body:ident, $fake:ident, $real:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $fake() {
+            $body(&TestApi::fake().await).await;
+        }
+
+        #[test]
+        #[cfg_attr(
+            no_real_apiserver,
+            ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+        )]
+        fn $real() {
+            if !in_private_network(stringify!($real)) {
+                return;
+            }
+            runtime().block_on(async {
+                let api = TestApi::real().await;
+                $body(&api).await;
+                assert_no_denials(&api);
+            });
+        }
+    };
 }
 
-fn base(fake: &FakeApi, svc: &str, addrs: &[std::net::SocketAddr]) {
-    apply_all(
-        fake,
-        &[ingress_class(), service(svc), endpoint_slices(svc, addrs)].join("---\n"),
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn assert_no_denials(api: &TestApi) {
+    let Some(real) = api.real_only() else { return };
+    let denied: Vec<_> = real
+        .requests()
+        .into_iter()
+        .filter(|a| a.user == controller_user() && a.code == 403)
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the shipped RBAC denied the controller: {denied:#?}"
     );
+}
+
+async fn base(api: &TestApi, svc: &str, addrs: &[std::net::SocketAddr]) {
+    api.apply_yaml(&[ingress_class(), service(svc), endpoint_slices(svc, addrs)].join("---\n"))
+        .await;
 }
 
 async fn ready(c: &sluice::cluster::Controlling) -> bool {
@@ -41,16 +89,23 @@ async fn backend_of(addr: std::net::SocketAddr, host: &str) -> Option<String> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routes_objects_from_before_and_after_start_and_follows_changes() {
-    let (a, b) = (backend("a").await, backend("b").await);
-    let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
-    apply_all(
-        &fake,
-        &ingress("one", "one.test", &[("/", "Prefix", "web")]),
-    );
-    let c = controller(&fake, "solo", &[]).await;
+async fn lb_ingress(api: &TestApi, name: &str) -> serde_json::Value {
+    api.get("Ingress", "default", name)
+        .await
+        .map(|o| o["status"]["loadBalancer"]["ingress"].clone())
+        .unwrap_or_default()
+}
+
+on_both!(follows_objects, follows_objects_fake, follows_objects_real);
+
+/// Objects from before and after start, deletes, EndpointSlice moves, Secret rotation.
+async fn follows_objects(api: &TestApi) {
+    let a = backend_at("a", api.backend_addr()).await;
+    let b = backend_at("b", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+        .await;
+    let c = api.controller("solo", &[]).await;
     assert!(ready(&c).await);
     let http = c.running.http_addr.unwrap();
     assert_eq!(
@@ -59,10 +114,8 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
         "object created before start"
     );
 
-    apply_all(
-        &fake,
-        &ingress("two", "two.test", &[("/", "Prefix", "web")]),
-    );
+    api.apply_yaml(&ingress("two", "two.test", &[("/", "Prefix", "web")]))
+        .await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             backend_of(http, "two.test").await.as_deref() == Some("a")
@@ -71,7 +124,7 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
         "object created after start"
     );
 
-    fake.delete("Ingress", "default", "one");
+    api.delete("Ingress", "default", "one").await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             backend_of(http, "one.test").await.as_deref() == Some("404 Not Found")
@@ -81,7 +134,7 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
     );
 
     let gen_before = c.running.dp.generation();
-    apply_all(&fake, &endpoint_slices("web", &[b.addr]));
+    api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             backend_of(http, "two.test").await.as_deref() == Some("b")
@@ -99,14 +152,14 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
     // A Secret update rotates the certificate.
     let (crt1, key1) = self_signed(&["tls.test"]);
     let (crt2, key2) = self_signed(&["tls.test"]);
-    apply_all(
-        &fake,
+    api.apply_yaml(
         &[
             tls_secret("cert", &crt1, &key1),
             tls_ingress("t", "tls.test", "cert", "web", &[]),
         ]
         .join("---\n"),
-    );
+    )
+    .await;
     let https = c.running.https_addr.unwrap();
     let serial_of = || async move { tls_serial(https, "tls.test").await.unwrap_or_default() };
     assert!(
@@ -115,7 +168,7 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
         })
         .await
     );
-    apply_all(&fake, &tls_secret("cert", &crt2, &key2));
+    api.apply_yaml(&tls_secret("cert", &crt2, &key2)).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             serial_of().await == pem_serial(&crt2)
@@ -126,47 +179,51 @@ async fn routes_objects_from_before_and_after_start_and_follows_changes() {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_only_for_ours_exactly_once_without_rebuild_loops() {
-    let a = backend("a").await;
-    let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
-    apply_all(
-        &fake,
+on_both!(status_once, status_once_fake, status_once_real);
+
+/// Status only for our Ingresses, written exactly once, and no rebuild loop from our own writes.
+async fn status_once(api: &TestApi) {
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(
         "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: other\nspec:\n  controller: example.com/other\n",
-    );
-    apply_all(
-        &fake,
-        &ingress("ours", "ours.test", &[("/", "Prefix", "web")]),
-    );
+    )
+    .await;
+    api.apply_yaml(&ingress("ours", "ours.test", &[("/", "Prefix", "web")]))
+        .await;
     let foreign = ingress("foreign", "foreign.test", &[("/", "Prefix", "web")])
         .replace("ingressClassName: sluice", "ingressClassName: other");
-    apply_all(&fake, &foreign);
-    let c = controller(&fake, "solo", &[]).await;
+    api.apply_yaml(&foreign).await;
+    let c = api.controller("solo", &[]).await;
     assert!(ready(&c).await);
     assert!(
         eventually(Duration::from_secs(5), || async {
-            fake.get("Ingress", "default", "ours").unwrap()["status"]["loadBalancer"]["ingress"]
-                == json!([{"ip": "10.1.2.3"}])
+            lb_ingress(api, "ours").await == json!([{"ip": "10.1.2.3"}])
         })
         .await
     );
     let generation = c.running.dp.generation();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let patches = |name: &str| {
-        fake.requests()
+        api.controller_requests()
             .iter()
             .filter(|r| {
                 r.method == "PATCH" && r.path.ends_with(&format!("/ingresses/{name}/status"))
             })
             .count()
     };
+    let reqs = api.controller_requests();
+    println!(
+        "{} controller requests; status writes: {:?}",
+        reqs.len(),
+        reqs.iter()
+            .filter(|r| r.method == "PATCH")
+            .map(|r| &r.path)
+            .collect::<Vec<_>>()
+    );
     assert_eq!(patches("ours"), 1, "exactly one status write");
     assert_eq!(patches("foreign"), 0);
-    assert!(
-        fake.get("Ingress", "default", "foreign").unwrap()["status"]["loadBalancer"]["ingress"]
-            .is_null()
-    );
+    assert!(lb_ingress(api, "foreign").await.is_null());
     assert_eq!(
         backend_of(c.running.http_addr.unwrap(), "foreign.test")
             .await
@@ -181,26 +238,26 @@ async fn status_only_for_ours_exactly_once_without_rebuild_loops() {
     );
 
     // An Ingress that stops being ours gets its status cleared.
-    apply_all(
-        &fake,
+    api.apply_yaml(
         &ingress("ours", "ours.test", &[("/", "Prefix", "web")])
             .replace("ingressClassName: sluice", "ingressClassName: other"),
-    );
+    )
+    .await;
     assert!(
         eventually(Duration::from_secs(5), || async {
-            fake.get("Ingress", "default", "ours").unwrap()["status"]["loadBalancer"]["ingress"]
-                .is_null()
+            lb_ingress(api, "ours").await.is_null()
         })
         .await
     );
     c.shutdown(Duration::from_secs(3)).await;
 }
 
+/// Fake only: an outage with compaction needs the fake's fault hooks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_outage_relists_after_410_and_keeps_serving_meanwhile() {
     let (a, b) = (backend("a").await, backend("b").await);
     let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
+    base_fake(&fake, "web", &[a.addr]);
     apply_all(
         &fake,
         &ingress("one", "one.test", &[("/", "Prefix", "web")]),
@@ -248,11 +305,12 @@ async fn watch_outage_relists_after_410_and_keeps_serving_meanwhile() {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
+/// Fake only: it fails every request until the test lets it answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_until_the_first_snapshot_and_no_404_for_existing_routes() {
     let a = backend("a").await;
     let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
+    base_fake(&fake, "web", &[a.addr]);
     apply_all(
         &fake,
         &ingress("one", "one.test", &[("/", "Prefix", "web")]),
@@ -285,17 +343,16 @@ async fn not_ready_until_the_first_snapshot_and_no_404_for_existing_routes() {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_leader_writes_and_the_other_takes_over() {
-    let a = backend("a").await;
-    let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
-    apply_all(
-        &fake,
-        &ingress("ours", "ours.test", &[("/", "Prefix", "web")]),
-    );
-    let c1 = controller(&fake, "one", &[]).await;
-    let c2 = controller(&fake, "two", &[]).await;
+on_both!(leader_election, leader_election_fake, leader_election_real);
+
+/// One leader writes status; when it dies the other takes over within the lease.
+async fn leader_election(api: &TestApi) {
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("ours", "ours.test", &[("/", "Prefix", "web")]))
+        .await;
+    let c1 = api.controller("one", &[]).await;
+    let c2 = api.controller("two", &[]).await;
     assert!(ready(&c1).await && ready(&c2).await, "every replica serves");
     assert!(
         eventually(Duration::from_secs(5), || async {
@@ -306,15 +363,14 @@ async fn one_leader_writes_and_the_other_takes_over() {
     );
     assert!(
         eventually(Duration::from_secs(5), || async {
-            fake.get("Ingress", "default", "ours").unwrap()["status"]["loadBalancer"]["ingress"]
-                == json!([{"ip": "10.1.2.3"}])
+            lb_ingress(api, "ours").await == json!([{"ip": "10.1.2.3"}])
         })
         .await
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!(*c1.leader.borrow() && *c2.leader.borrow()));
-    let writes = fake
-        .requests()
+    let writes = api
+        .controller_requests()
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
         .count();
@@ -341,20 +397,23 @@ async fn one_leader_writes_and_the_other_takes_over() {
     follower.shutdown(Duration::from_secs(3)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn problems_become_events_naming_the_object() {
-    let a = backend("a").await;
-    let fake = FakeApi::start().await;
-    base(&fake, "web", &[a.addr]);
-    apply_all(
-        &fake,
-        &ingress("broken", "broken.test", &[("/", "Prefix", "missing-svc")]),
-    );
-    let c = controller(&fake, "solo", &[]).await;
+on_both!(problem_events, problem_events_fake, problem_events_real);
+
+/// Translation problems become Warning Events naming the Ingress.
+async fn problem_events(api: &TestApi) {
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress(
+        "broken",
+        "broken.test",
+        &[("/", "Prefix", "missing-svc")],
+    ))
+    .await;
+    let c = api.controller("solo", &[]).await;
     assert!(ready(&c).await);
     assert!(
         eventually(Duration::from_secs(5), || async {
-            fake.list("Event").iter().any(|e| {
+            api.list("Event").await.iter().any(|e| {
                 e["reason"] == "ServiceNotFound"
                     && e["involvedObject"]["name"] == "broken"
                     && e["involvedObject"]["kind"] == "Ingress"
@@ -362,7 +421,7 @@ async fn problems_become_events_naming_the_object() {
         })
         .await,
         "events: {:?}",
-        fake.list("Event")
+        api.list("Event").await
     );
     assert_eq!(
         backend_of(c.running.http_addr.unwrap(), "broken.test")
@@ -371,4 +430,72 @@ async fn problems_become_events_naming_the_object() {
         Some("503 Service Unavailable")
     );
     c.shutdown(Duration::from_secs(3)).await;
+}
+
+fn base_fake(fake: &sluice_tests::fake_api::FakeApi, svc: &str, addrs: &[std::net::SocketAddr]) {
+    apply_all(
+        fake,
+        &[ingress_class(), service(svc), endpoint_slices(svc, addrs)].join("---\n"),
+    );
+}
+
+fn apply_all(fake: &sluice_tests::fake_api::FakeApi, yaml: &str) {
+    for o in yaml_objects(yaml) {
+        fake.apply(o);
+    }
+}
+
+/// Real only: the shipped ClusterRole minus EndpointSlices. The controller must say what it was
+/// refused, stay not ready (it cannot know the backends), and serve nothing wrong meanwhile.
+#[test]
+#[cfg_attr(
+    no_real_apiserver,
+    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+)]
+fn a_missing_permission_keeps_readiness_false_real() {
+    if !in_private_network("a_missing_permission_keeps_readiness_false_real") {
+        return;
+    }
+    runtime().block_on(async {
+        let api = TestApi::real().await;
+        let real = api.real_only().unwrap();
+        let rbac = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../manifests/base/rbac.yaml"
+        ))
+        .unwrap();
+        let mut role = yaml_objects(&rbac)
+            .into_iter()
+            .find(|o| o["kind"] == "ClusterRole")
+            .unwrap();
+        let rules = role["rules"].as_array_mut().unwrap();
+        rules.retain(|r| !r["resources"].to_string().contains("endpointslices"));
+        // Server-side apply would keep the rule another manager owns: replace the role.
+        real.delete("ClusterRole", "", "sluice").await;
+        real.apply(role).await;
+        let a = backend_at("a", api.backend_addr()).await;
+        base(&api, "web", &[a.addr]).await;
+        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+            .await;
+        let c = api.controller("solo", &[]).await;
+        let admin = c.running.admin_addr;
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                real.requests().iter().any(|r| {
+                    r.user == controller_user()
+                        && r.code == 403
+                        && r.request.path.contains("endpointslices")
+                })
+            })
+            .await,
+            "the controller asked for EndpointSlices and was refused"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            get(&client(), admin, "x", "/readyz").await.unwrap().status,
+            503,
+            "not ready without EndpointSlices"
+        );
+        c.shutdown(Duration::from_secs(3)).await;
+    });
 }
