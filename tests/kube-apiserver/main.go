@@ -31,6 +31,8 @@ import (
 	_ "time/tzdata" // as upstream's main: CronJob time zones validate without system tzdata
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 )
@@ -58,6 +60,9 @@ func run() int {
 	readyTimeout := fs.Duration("ready-timeout", 3*time.Minute, "give up (exit 1) if /readyz is not 200 by then")
 	etcdLogLevel := fs.String("etcd-log-level", "error", "embedded etcd's log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	extra := fs.Args() // after "--": passed to kube-apiserver last, so they override ours
@@ -103,7 +108,13 @@ func run() int {
 		return 1
 	}
 
-	etcd, err := startEtcd(filepath.Join(workDir, "etcd"), *etcdLogLevel)
+	etcdLevel, err := zapcore.ParseLevel(*etcdLogLevel)
+	if err != nil {
+		logf("--etcd-log-level: %v", err)
+		return 2
+	}
+	etcdLog := zap.NewAtomicLevelAt(etcdLevel)
+	etcd, err := startEtcd(filepath.Join(workDir, "etcd"), etcdLog)
 	if err != nil {
 		logf("etcd: %v", err)
 		return 1
@@ -126,6 +137,9 @@ func run() int {
 		// real endpoint behind the "kubernetes" Service anyway.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+		// Shut down in ~2 s even with watches open (default: up to --request-timeout, 60 s):
+		// in-flight short requests drain, then open connections get 2 s.
+		"--shutdown-send-retry-after=true",
 		"--v=0",
 	}
 	args = append(args, extra...)
@@ -157,6 +171,8 @@ func run() int {
 
 	runErr := cli.RunNoErrOutput(cmd)
 	close(exited)
+	// Closing logs each listener's "use of closed network connection" at error level: not news.
+	etcdLog.SetLevel(zapcore.FatalLevel)
 	etcd.Close()
 	if runErr != nil {
 		logf("kube-apiserver: %v", runErr)
@@ -244,7 +260,7 @@ func freePort(ip net.IP) (int, error) {
 }
 
 // startEtcd runs a single-member etcd on free loopback ports (client and peer).
-func startEtcd(dataDir, logLevel string) (*embed.Etcd, error) {
+func startEtcd(dataDir string, level zap.AtomicLevel) (*embed.Etcd, error) {
 	var ports [2]int
 	for i := range ports {
 		p, err := freePort(net.IPv4(127, 0, 0, 1))
@@ -264,9 +280,17 @@ func startEtcd(dataDir, logLevel string) (*embed.Etcd, error) {
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.UnsafeNoFsync = true // test data: speed over durability
-	cfg.Logger = "zap"
-	cfg.LogLevel = logLevel
-	cfg.LogOutputs = []string{"stderr"}
+	zcfg := zap.NewProductionConfig()
+	zcfg.Level = level
+	zcfg.Encoding = "console"
+	zcfg.DisableStacktrace = true
+	zcfg.OutputPaths = []string{"stderr"}
+	zcfg.ErrorOutputPaths = []string{"stderr"}
+	lg, err := zcfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named("etcd"))
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
