@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice_bench::backend::{Backend, BackendConfig};
 use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
-use sluice_bench::peers::{PeerEnv, PeerKind, Proto};
+use sluice_bench::peers::{PeerEnv, PeerKind, Proto, sluice_api};
 use sluice_bench::pods::{Removal, StopMode};
 use sluice_bench::scenario::{self, Common, Scenario};
 use sluice_bench::{certs, report, sys};
@@ -124,9 +124,20 @@ struct ScenarioArgs {
     /// sluice's --log-level during the run (its log is kept in OUT/logs/).
     #[arg(long, default_value = "warn")]
     sluice_log_level: String,
-    /// Scale: Ingress counts, comma-separated.
+    /// Scale: Ingress counts, comma-separated. With `--source api`: how many Ingresses (each
+    /// with its Service and EndpointSlice) the API server holds (the first count; default 1).
     #[arg(long, value_delimiter = ',')]
     ingresses: Vec<usize>,
+    /// Where sluice's configuration comes from: `files` (`sluice serve` on manifest files) or
+    /// `api` (`sluice controller` against a real kube-apiserver, changes written as
+    /// EndpointSlices through the API; root only: the run moves into a network namespace of its
+    /// own, see bench/README.md).
+    #[arg(long, value_enum, default_value_t = Source::Files)]
+    source: Source,
+    /// The kube-apiserver for `--source api` (default: target/kube-apiserver/kube-apiserver,
+    /// built by tests/kube-apiserver/build.sh).
+    #[arg(long)]
+    kube_apiserver: Option<PathBuf>,
     /// Output directory (default bench-out/<scenario>-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -400,7 +411,23 @@ async fn backends_cmd(a: BackendsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Where sluice's configuration comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Source {
+    /// `sluice serve` on manifest files.
+    Files,
+    /// `sluice controller` against a real kube-apiserver.
+    Api,
+}
+
 fn scenario_main(scenario: Scenario, a: ScenarioArgs, nofile: u64) -> Result<()> {
+    if a.source == Source::Api && !sluice_api::in_private_network() {
+        let status = sluice_api::enter_private_network().map_err(anyhow::Error::msg)?;
+        if !status.success() {
+            bail!("the run in its network namespace failed ({status})");
+        }
+        return Ok(());
+    }
     let ncpu = sys::cpu_count();
     let pin = !a.no_pin && ncpu >= 2 && sys::which("taskset").is_some();
     let cores = a.cores.max(1);
@@ -512,6 +539,16 @@ async fn run_scenario(
             .map(|p| PeerKind::parse(p.trim()).with_context(|| format!("unknown peer {p:?}")))
             .collect::<Result<_>>()?
     };
+    let peers: Vec<PeerKind> = match a.source {
+        Source::Files => peers,
+        Source::Api => peers
+            .into_iter()
+            .map(|p| match p {
+                PeerKind::Sluice => PeerKind::SluiceApi,
+                other => other,
+            })
+            .collect(),
+    };
     let sluice_bin = match &a.sluice_bin {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -519,6 +556,10 @@ async fn run_scenario(
             .map(|d| d.join("sluice"))
             .unwrap_or_default(),
     };
+    let kube_apiserver = a
+        .kube_apiserver
+        .clone()
+        .unwrap_or_else(|| sluice_api::default_apiserver(&sluice_bin));
     let cert = certs::rsa2048(&["bench.local", "*.bench.local", "localhost", "127.0.0.1"])?;
     let (started, stamp) = scenario::utc_now();
     let out = a
@@ -542,6 +583,8 @@ async fn run_scenario(
             sluice_bin,
             sluice_log_level: a.sluice_log_level.clone(),
             log_dir: Some(out.join("logs")),
+            kube_apiserver,
+            api_ingresses: a.ingresses.first().copied().unwrap_or(1),
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

@@ -215,13 +215,19 @@ impl Pods {
         }
     }
 
-    /// Starts `n` more pods on free loopback ports.
+    /// Starts `n` more pods on free loopback ports (on the private block's address inside the
+    /// `--source api` network namespace, as EndpointSlices may not name loopback addresses).
     pub async fn add(&mut self, n: usize) -> std::io::Result<()> {
+        let ip = if crate::peers::sluice_api::in_private_network() {
+            crate::peers::sluice_api::PRIVATE_IP
+        } else {
+            [127, 0, 0, 1]
+        };
         for _ in 0..n {
             let name = format!("pod-{}", self.next);
             self.next += 1;
             let backend = Backend::start(
-                SocketAddr::from(([127, 0, 0, 1], 0)),
+                SocketAddr::from((ip, 0)),
                 BackendConfig {
                     name: name.clone(),
                     body_size: self.body_size,

@@ -7,6 +7,7 @@ mod haproxy;
 mod nginx;
 pub mod proc;
 pub mod sluice;
+pub mod sluice_api;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -55,6 +56,9 @@ pub enum PeerKind {
     Caddy,
     /// No proxy: load straight at one backend (the ceiling).
     Direct,
+    /// sluice controller against a real kube-apiserver, changed through EndpointSlices written
+    /// to the API (`--source api`, which puts it in place of `sluice`).
+    SluiceApi,
 }
 
 impl PeerKind {
@@ -79,12 +83,16 @@ impl PeerKind {
             PeerKind::HaproxyRuntime => "haproxy-runtime",
             PeerKind::Caddy => "caddy",
             PeerKind::Direct => "direct",
+            PeerKind::SluiceApi => "sluice-api",
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
+        Self::ALL
+            .into_iter()
+            .chain([PeerKind::SluiceApi])
+            .find(|k| k.name() == s)
     }
 
     /// `None` when the peer can run here, else why not.
@@ -101,6 +109,7 @@ impl PeerKind {
             PeerKind::HaproxyReload | PeerKind::HaproxyRuntime => haproxy::unavailable(),
             PeerKind::Caddy => caddy::unavailable(),
             PeerKind::Direct => None,
+            PeerKind::SluiceApi => sluice_api::unavailable(env),
         }
     }
 }
@@ -131,6 +140,10 @@ pub struct PeerEnv {
     pub sluice_log_level: String,
     /// Where each peer's own log files are copied when it stops.
     pub log_dir: Option<PathBuf>,
+    /// The test kube-apiserver (`--source api`).
+    pub kube_apiserver: PathBuf,
+    /// Ingresses in the API server (`--source api`; each with its Service and slice).
+    pub api_ingresses: usize,
 }
 
 /// Starting or changing a peer failed.
@@ -154,6 +167,7 @@ pub enum PeerError {
 #[derive(Debug)]
 enum State {
     Sluice(sluice::Sluice),
+    SluiceApi(Box<sluice_api::SluiceApi>),
     Nginx(nginx::Nginx),
     Haproxy(haproxy::Haproxy),
     Caddy(caddy::Caddy),
@@ -210,6 +224,9 @@ impl Peer {
         let d = dir.path();
         let (proc, state, settings) = match kind {
             PeerKind::Sluice => sluice::start(env, d, port, endpoints).await?,
+            PeerKind::SluiceApi => {
+                sluice_api::start(env, d, port, endpoints, env.api_ingresses).await?
+            }
             PeerKind::NginxReload | PeerKind::NginxLua => {
                 nginx::start(env, d, port, endpoints, kind == PeerKind::NginxLua).await?
             }
@@ -302,6 +319,7 @@ impl Peer {
     pub async fn set_endpoints(&mut self, eps: &[SocketAddr]) -> Result<(), PeerError> {
         match &mut self.state {
             State::Sluice(s) => s.set(eps)?,
+            State::SluiceApi(s) => s.set(eps).await?,
             State::Nginx(n) => n.set(eps).await?,
             State::Haproxy(h) => h.set(eps).await?,
             State::Caddy(c) => c.set(eps).await?,
@@ -316,6 +334,7 @@ impl Peer {
     pub async fn applied(&self, eps: &[SocketAddr], within: Duration) -> Option<bool> {
         match &self.state {
             State::Sluice(s) => Some(s.wait_applied(eps, within).await),
+            State::SluiceApi(s) => Some(s.wait_applied(eps, within).await),
             State::Haproxy(h) if h.runtime => Some(true),
             State::Caddy(_) => Some(true),
             _ => None,
@@ -329,6 +348,9 @@ impl Peer {
         if let Some(p) = self.proc.take() {
             p.stop(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(3))
                 .await;
+        }
+        if let State::SluiceApi(s) = std::mem::replace(&mut self.state, State::Direct) {
+            s.stop().await;
         }
         let (Some(to), Ok(rd)) = (&self.log_dir, std::fs::read_dir(self.dir.path())) else {
             return;

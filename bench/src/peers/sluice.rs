@@ -87,10 +87,25 @@ pub fn serve_args(
     workers: usize,
     log_level: &str,
 ) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_string(),
+        "--manifests".to_string(),
+        manifests.display().to_string(),
+    ];
+    args.extend(proxy_args(http, https, admin, workers, log_level));
+    args
+}
+
+/// The listener, worker, logging and upstream flags every sluice peer runs with (the same
+/// for `serve` and `controller`, so the two compare like with like).
+pub fn proxy_args(
+    http: &str,
+    https: &str,
+    admin: SocketAddr,
+    workers: usize,
+    log_level: &str,
+) -> Vec<String> {
     [
-        "serve",
-        "--manifests",
-        &manifests.display().to_string(),
         "--http-listen",
         http,
         "--https-listen",
@@ -186,27 +201,32 @@ impl Sluice {
 
     /// Polls `/api/v1/upstreams` until the pool holds exactly `eps`.
     pub(super) async fn wait_applied(&self, eps: &[SocketAddr], within: Duration) -> bool {
-        let want: BTreeSet<String> = eps.iter().map(ToString::to_string).collect();
-        let end = Instant::now() + within;
-        while Instant::now() < end {
-            if let Ok((200, body)) =
-                super::admin_request(self.admin, "GET", "/api/v1/upstreams", "").await
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&body)
-            {
-                let have: BTreeSet<String> = v
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|pool| pool["endpoints"].as_array().cloned().unwrap_or_default())
-                    .filter(|e| e["state"].as_str() != Some("draining"))
-                    .filter_map(|e| e["address"].as_str().map(str::to_string))
-                    .collect();
-                if have == want {
-                    return true;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        false
+        pool_holds(self.admin, eps, within).await
     }
+}
+
+/// Polls sluice's `/api/v1/upstreams` at `admin` until the pools hold exactly `eps` (draining
+/// endpoints aside).
+pub async fn pool_holds(admin: SocketAddr, eps: &[SocketAddr], within: Duration) -> bool {
+    let want: BTreeSet<String> = eps.iter().map(ToString::to_string).collect();
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Ok((200, body)) = super::admin_request(admin, "GET", "/api/v1/upstreams", "").await
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&body)
+        {
+            let have: BTreeSet<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|pool| pool["endpoints"].as_array().cloned().unwrap_or_default())
+                .filter(|e| e["state"].as_str() != Some("draining"))
+                .filter_map(|e| e["address"].as_str().map(str::to_string))
+                .collect();
+            if have == want {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
 }

@@ -23,6 +23,9 @@ pub struct Event {
     pub endpoint_change: bool,
     /// When the peer reported the change applied (s from start), where it can tell.
     pub applied_s: Option<f64>,
+    /// When the change was handed over (s from start): the API server acknowledged the write,
+    /// the file was renamed into place, the reload was signalled. Propagation counts from here.
+    pub acked_s: Option<f64>,
 }
 
 /// Time from a pod's endpoint being added to the first response it served.
@@ -30,6 +33,12 @@ pub struct Event {
 pub struct Propagation {
     /// Median over scale-ups (ms).
     pub median_ms: f64,
+    /// 99th percentile over scale-ups (ms; the maximum below 100 of them).
+    pub p99_ms: f64,
+    /// Median counted from when the change was sent instead (ms): the two differ by how long
+    /// the hand-over took (an API write's round trip; the watch may deliver the change to the
+    /// controller before the writer sees the acknowledgement, so the figure above can be < 0).
+    pub from_sent_median_ms: f64,
     /// Largest (ms).
     pub max_ms: f64,
     /// Longest a removed pod still answered after its endpoint was removed (ms).
@@ -290,8 +299,8 @@ fn markdown(r: &Report) -> String {
                     String::new()
                 };
                 format!(
-                    "a new pod's first response came {:.0} ms after its endpoint was added (median; max {:.0} ms){removed}",
-                    pr.median_ms, pr.max_ms
+                    "a new pod's first response came {:.1} ms after its endpoint was handed over (median; p99 {:.1} ms, max {:.1} ms; {:.1} ms after the change was sent, median){removed}",
+                    pr.median_ms, pr.p99_ms, pr.max_ms, pr.from_sent_median_ms
                 )
             });
             s.push_str(&format!(
@@ -302,9 +311,14 @@ fn markdown(r: &Report) -> String {
                 s.push_str("  - \"applied at\": when the peer itself reported the change in effect (sluice's admin API listing the new endpoints; HAProxy's runtime API and Caddy's admin API answering). Reload-based peers cannot tell when their new workers took over, so they show none; the first-response figure above measures every peer the same way.\n");
             }
             for e in &p.events {
-                let ap = e
-                    .applied_s
-                    .map_or(String::new(), |a| format!(" (applied at {a:.3} s)"));
+                let ap = match (e.acked_s, e.applied_s) {
+                    (Some(k), Some(a)) => {
+                        format!(" (handed over at {k:.3} s, applied at {a:.3} s)")
+                    }
+                    (Some(k), None) => format!(" (handed over at {k:.3} s)"),
+                    (None, Some(a)) => format!(" (applied at {a:.3} s)"),
+                    (None, None) => String::new(),
+                };
                 s.push_str(&format!("  - {:.3} s: {}{ap}\n", e.t_s, e.what));
             }
         }

@@ -60,6 +60,7 @@ async fn change(
         out.push(Driven::Note(format!("{:.2} s: {what}: {e}", secs(t0, at))));
         return;
     }
+    let acked = Instant::now();
     let applied = match peer.applied(eps, Duration::from_secs(5)).await {
         Some(true) => Some(secs(t0, Instant::now())),
         Some(false) => {
@@ -76,6 +77,7 @@ async fn change(
         what,
         endpoint_change: true,
         applied_s: applied,
+        acked_s: Some(secs(t0, acked)),
     }));
 }
 
@@ -85,6 +87,7 @@ fn mark(t0: Instant, what: String, out: &mut Vec<Driven>) {
         what,
         endpoint_change: false,
         applied_s: None,
+        acked_s: None,
     }));
 }
 
@@ -182,9 +185,11 @@ async fn scale_down(
 }
 
 /// Scale-up propagation measured from traffic: each added pod's first response after its
-/// endpoint was added, and how long removed pods kept answering after their removal.
+/// endpoint was handed over (for `--source api`: after the API server acknowledged the
+/// EndpointSlice write), and how long removed pods kept answering after their removal.
 pub fn propagation(r: &PeerResult) -> Option<Propagation> {
     let mut adds = Vec::new();
+    let mut from_sent = Vec::new();
     let mut after_removal: f64 = 0.0;
     for e in r.events.iter().filter(|e| e.endpoint_change) {
         let Some((_, names)) = e.what.split_once(['+', '−']) else {
@@ -195,7 +200,8 @@ pub fn propagation(r: &PeerResult) -> Option<Propagation> {
                 continue;
             };
             if e.what.contains('+') {
-                adds.push((seen.first_s - e.t_s) * 1000.0);
+                adds.push((seen.first_s - e.acked_s.unwrap_or(e.t_s)) * 1000.0);
+                from_sent.push((seen.first_s - e.t_s) * 1000.0);
             } else {
                 after_removal = after_removal.max((seen.last_s - e.t_s) * 1000.0);
             }
@@ -205,8 +211,12 @@ pub fn propagation(r: &PeerResult) -> Option<Propagation> {
         return None;
     }
     adds.sort_by(f64::total_cmp);
+    from_sent.sort_by(f64::total_cmp);
+    let p99 = ((adds.len() * 99).div_ceil(100)).saturating_sub(1);
     Some(Propagation {
         median_ms: adds[adds.len() / 2],
+        p99_ms: adds[p99.min(adds.len() - 1)],
+        from_sent_median_ms: from_sent[from_sent.len() / 2],
         max_ms: adds[adds.len() - 1],
         removed_pod_last_response_after_ms: after_removal.max(0.0),
     })

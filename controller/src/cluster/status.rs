@@ -137,12 +137,20 @@ pub async fn reconcile(
     let desired: Vec<IngressLoadBalancerIngress> = addrs.iter().map(|a| entry(a)).collect();
     let mut writes = 0;
     let state = ingresses.state();
-    written.retain(|(ns, name), _| {
-        state.iter().any(|i| {
-            i.metadata.namespace.as_deref() == Some(ns.as_str())
-                && i.metadata.name.as_deref() == Some(name.as_str())
+    // Forget Ingresses that are gone. A set, not a scan per entry: with 10,000 Ingresses the
+    // scan was 10^8 comparisons (1.4 s with the runtime's only thread held, measured by
+    // `sluice-bench churn --source api --ingresses 10000` as a 1.4 s stall of every request).
+    let present: std::collections::HashSet<(&str, &str)> = state
+        .iter()
+        .filter_map(|i| {
+            Some((
+                i.metadata.namespace.as_deref()?,
+                i.metadata.name.as_deref()?,
+            ))
         })
-    });
+        .collect();
+    written.retain(|(ns, name), _| present.contains(&(ns.as_str(), name.as_str())));
+    drop(present);
     for ing in state {
         let ours = ingress_is_ours(&world, &ing, opts);
         let cur = current(&ing);

@@ -293,3 +293,72 @@ async fn tries_bound_the_endpoints_a_request_reaches() {
     }
     assert_eq!(retries(&c, RetryReason::ConnectFailed), 1);
 }
+
+/// A listening port whose accept queue is full and never drained: the kernel drops further
+/// SYNs, so a connect to it hangs, as to a node that went away without a word. The returned
+/// sockets keep it that way while held.
+fn blackhole() -> (SocketAddr, socket2::Socket, Vec<std::net::TcpStream>) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    s.listen(0).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    let queued = (0..4)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect();
+    (addr, s, queued)
+}
+
+/// The connect timeout on tokio's paused clock: a pod whose connect never completes is
+/// abandoned after `connect_timeout` of the runtime's time (not of the test's), ejected, and the
+/// request goes to another endpoint; the next request does not try it again.
+#[tokio::test(start_paused = true)]
+async fn a_connect_that_hangs_is_abandoned_at_the_timeout_and_the_request_moves_on() {
+    let (hole, _listener, _queued) = blackhole();
+    let good = fake(Pod::Good).await;
+    let hole = Fake {
+        addr: hole,
+        accepted: Arc::new(AtomicUsize::new(0)),
+    };
+    let c = cluster(&[&hole, &good]);
+    let get = Method::GET;
+    let conn = ConnInfo::new(
+        "127.0.0.1:40000".parse().unwrap(),
+        "127.0.0.1:80".parse().unwrap(),
+        false,
+        false,
+    );
+    let (wall, clock) = (std::time::Instant::now(), tokio::time::Instant::now());
+    for _ in 0..3 {
+        let req = Request::builder()
+            .uri("/x")
+            .header("host", "app.test")
+            .body(ReqBody::empty())
+            .unwrap();
+        // No outer timeout here: on a paused clock it would fire whenever the runtime waits
+        // for a socket.
+        let d = send(
+            &c,
+            req,
+            plan(3, &get, NextUpstream::default()),
+            &conn.proxy_headers(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(d.endpoint.addr, good.addr);
+    }
+    assert_eq!(
+        retries(&c, RetryReason::ConnectFailed),
+        1,
+        "the hanging endpoint was tried once, then ejected"
+    );
+    let timeout = UpstreamSettings::default().connect_timeout;
+    assert!(clock.elapsed() >= timeout, "{:?}", clock.elapsed());
+    assert!(
+        wall.elapsed() < timeout,
+        "the timeout passed on the paused clock, not the wall clock: {:?}",
+        wall.elapsed()
+    );
+}
