@@ -254,6 +254,29 @@ impl RealApi {
             .collect()
     }
 
+    /// Stops the server in its tracks (SIGSTOP): connections stay open and nothing answers,
+    /// as when an API server hangs or its node is partitioned away.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self
+            .child
+            .id()
+            .unwrap_or_else(|| panic!("kube-apiserver exited"));
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    }
+
     /// The last lines of the server's log (for failure messages).
     pub fn log_tail(&self) -> String {
         tail(&self.dir.path().join("apiserver.log"))

@@ -499,3 +499,112 @@ fn a_missing_permission_keeps_readiness_false_real() {
         c.shutdown(Duration::from_secs(3)).await;
     });
 }
+
+/// Real only: the API server hangs (SIGSTOP) from before the controller starts. The controller
+/// is not ready while it cannot list, and once ready it routes what exists (no 404).
+#[test]
+#[cfg_attr(
+    no_real_apiserver,
+    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+)]
+fn not_ready_while_the_api_server_hangs_and_no_404_once_ready_real() {
+    if !in_private_network("not_ready_while_the_api_server_hangs_and_no_404_once_ready_real") {
+        return;
+    }
+    runtime().block_on(async {
+        let api = TestApi::real().await;
+        let real = api.real_only().unwrap();
+        let a = backend_at("a", api.backend_addr()).await;
+        base(&api, "web", &[a.addr]).await;
+        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+            .await;
+        let kube = real
+            .client_as(
+                sluice_tests::apis::CONTROLLER_NAMESPACE,
+                sluice_tests::apis::CONTROLLER_ACCOUNT,
+            )
+            .await;
+        real.pause();
+        let c = controller_with(
+            kube,
+            "solo",
+            &[
+                "--election-namespace",
+                sluice_tests::apis::CONTROLLER_NAMESPACE,
+            ],
+        )
+        .await;
+        let (admin, http) = (c.running.admin_addr, c.running.http_addr.unwrap());
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            get(&client(), admin, "x", "/readyz").await.unwrap().status,
+            503,
+            "API server hanging: not ready"
+        );
+        real.resume();
+        let mut ready_seen = false;
+        for _ in 0..400 {
+            if get(&client(), admin, "x", "/readyz").await.unwrap().status == 200 {
+                ready_seen = true;
+                assert_eq!(
+                    backend_of(http, "one.test").await.as_deref(),
+                    Some("a"),
+                    "no 404 once ready"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(ready_seen);
+        c.shutdown(Duration::from_secs(3)).await;
+        assert_no_denials(&api);
+    });
+}
+
+/// Real only: the API server hangs for a while under a running controller. The data plane keeps
+/// serving what it has; when the server answers again, the controller follows new changes.
+#[test]
+#[cfg_attr(
+    no_real_apiserver,
+    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+)]
+fn serves_through_an_api_server_hang_and_follows_changes_after_real() {
+    if !in_private_network("serves_through_an_api_server_hang_and_follows_changes_after_real") {
+        return;
+    }
+    runtime().block_on(async {
+        let api = TestApi::real().await;
+        let real = api.real_only().unwrap();
+        let a = backend_at("a", api.backend_addr()).await;
+        let b = backend_at("b", api.backend_addr()).await;
+        base(&api, "web", &[a.addr]).await;
+        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+            .await;
+        let c = api.controller("solo", &[]).await;
+        assert!(ready(&c).await);
+        let http = c.running.http_addr.unwrap();
+        assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+        real.pause();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for _ in 0..20 {
+            assert_eq!(
+                backend_of(http, "one.test").await.as_deref(),
+                Some("a"),
+                "serving from what it has while the API server hangs"
+            );
+        }
+        real.resume();
+        api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
+        api.apply_yaml(&ingress("two", "two.test", &[("/", "Prefix", "web")]))
+            .await;
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                backend_of(http, "two.test").await.as_deref() == Some("b")
+            })
+            .await,
+            "follows changes once the API server answers again"
+        );
+        c.shutdown(Duration::from_secs(3)).await;
+        assert_no_denials(&api);
+    });
+}
