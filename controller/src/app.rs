@@ -136,6 +136,7 @@ impl Running {
             max_connections: c.max_connections.max(1),
             client_idle_timeout: Duration::from_secs(c.client_idle_timeout.max(1)),
             client_send_timeout: Duration::from_secs(c.client_send_timeout.max(1)),
+            proxy_protocol: c.proxy_protocol,
             ..ServerOptions::default()
         };
         let admin_listener = sluice_proxy::server::listener::bind(c.admin_listen)

@@ -187,6 +187,12 @@ pub struct CommonArgs {
     /// headers are replaced with the address sluice saw. Empty (the default): nobody.
     #[arg(long, env = "SLUICE_TRUSTED_PROXIES", value_parser = parse_cidrs, default_value = "")]
     pub trusted_proxies: CidrList,
+    /// Every connection to the HTTP and HTTPS listeners starts with a PROXY protocol header
+    /// (v1 or v2) from an L4 load balancer, naming the client; connections without one are
+    /// closed (ingress-nginx: use-proxy-protocol). Only for listeners every client reaches
+    /// through that balancer.
+    #[arg(long, env = "SLUICE_PROXY_PROTOCOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub proxy_protocol: bool,
     /// Balancing policy of every pool (an Ingress may choose its own with the `load-balance`
     /// annotation).
     #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::LeastRequest)]

@@ -471,3 +471,70 @@ async fn a_client_that_stops_reading_is_dropped_at_the_send_timeout() {
     drop(held);
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// `--proxy-protocol`: the client a PROXY header (v1 or v2) names is the client the backend is
+/// told about, on the fast path and in the general handler; a connection without a header, or with a
+/// malformed one, is closed before a byte of HTTP is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_protocol_names_the_client_and_nothing_else_gets_in() {
+    let b = backend("b").await;
+    let m = Manifests::new();
+    for (i, doc) in one_service("id.test", "svc", &[b.addr]).iter().enumerate() {
+        m.write(&format!("{i}.yaml"), doc);
+    }
+    let s = serve(m.dir.path(), &["--proxy-protocol"]).await;
+    let http = s.running.http_addr.unwrap();
+    let forged = "X-Forwarded-For: 6.6.6.6\r\n";
+
+    let v1 = format!(
+        "PROXY TCP4 203.0.113.9 10.0.0.1 40000 80\r\n{}",
+        get_raw("/echo", "id.test", forged)
+    );
+    let seen = echo_lines(&raw(http, &v1).await);
+    assert!(
+        seen.iter().any(|l| l == "x-forwarded-for=203.0.113.9"),
+        "v1: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|l| l == "x-real-ip=203.0.113.9"),
+        "{seen:?}"
+    );
+
+    // v2, IPv6 client, and a request with a body (the general handler).
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x21\x00\x24".to_vec();
+    let mut src = [0u8; 16];
+    src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+    src[15] = 7;
+    v2.extend_from_slice(&src);
+    v2.extend_from_slice(&[0u8; 16]);
+    v2.extend_from_slice(&1234u16.to_be_bytes());
+    v2.extend_from_slice(&80u16.to_be_bytes());
+    v2.extend_from_slice(
+        b"POST /echo HTTP/1.1\r\nHost: id.test\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx",
+    );
+    let mut c = TcpStream::connect(http).await.unwrap();
+    c.write_all(&v2).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out)).await;
+    let seen = echo_lines(&String::from_utf8_lossy(&out));
+    assert!(
+        seen.iter().any(|l| l == "x-forwarded-for=2001:db8::7"),
+        "v2: {seen:?}"
+    );
+
+    // No header, a malformed one, a TLS hello: closed without an answer.
+    for bad in [
+        get_raw("/echo", "id.test", ""),
+        format!(
+            "PROXY TCP4 203.0.113.9 10.0.0.1 40000\r\n{}",
+            get_raw("/echo", "id.test", "")
+        ),
+        "\u{16}\u{3}\u{1}\u{0}".to_string(),
+    ] {
+        assert_eq!(raw(http, &bad).await, "", "{bad:?}");
+    }
+    // Still serving.
+    let seen = echo_lines(&raw(http, &v1).await);
+    assert!(seen.iter().any(|l| l == "x-forwarded-for=203.0.113.9"));
+    s.shutdown(Duration::from_secs(3)).await;
+}

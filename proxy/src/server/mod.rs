@@ -4,9 +4,11 @@
 
 pub mod fastpath;
 pub mod listener;
+pub mod proxy_protocol;
 pub mod tls;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +51,9 @@ pub struct ServerOptions {
     /// Longest silence on a connection hyper serves (HTTP/2, h2c, HTTP/1 with a body); a
     /// client that sends no more than a preface is dropped at the header timeout.
     pub client_idle_timeout: Duration,
+    /// Every connection starts with a PROXY protocol header naming the client
+    /// ([`proxy_protocol`]); connections without one are closed.
+    pub proxy_protocol: bool,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +66,7 @@ impl Default for ServerOptions {
             tls_handshake_timeout: Duration::from_secs(10),
             client_idle_timeout: Duration::from_secs(75),
             client_send_timeout: Duration::from_secs(60),
+            proxy_protocol: false,
         }
     }
 }
@@ -201,12 +207,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             }
         };
         let _ = stream.set_nodelay(true);
-        let info = Arc::new(ConnInfo::new(
-            remote,
-            stream.local_addr().ok().or(local).unwrap_or(remote),
-            ctx.tls.is_some(),
-            ctx.dp.settings.trusts(remote.ip()),
-        ));
+        let local = stream.local_addr().ok().or(local).unwrap_or(remote);
         let watcher = ctx.graceful.watcher();
         let conn_ctx = ConnCtx {
             dp: Arc::clone(&ctx.dp),
@@ -219,35 +220,70 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             max_header_size: ctx.opts.max_header_size.max(8192),
             close_idle: ctx.close_idle.clone(),
         };
+        let proxy_protocol = ctx.opts.proxy_protocol;
         tokio::spawn(async move {
             let ctx = conn_ctx;
             let _permit = permit;
             let m = &ctx.dp.metrics;
             m.connections.inc();
             m.connections_active.inc();
-            match &ctx.tls {
-                None => serve_conn(stream, info, &ctx, watcher, true).await,
-                Some(acceptor) => {
-                    let accepted = std::time::Instant::now();
-                    match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await
-                    {
-                        Ok(Ok(tls)) => {
-                            let hs = &ctx.dp.handshakes;
-                            hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
-                            // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
-                            let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
-                            serve_conn(tls, info, &ctx, watcher, fast).await;
-                        }
-                        Ok(Err(e)) => {
-                            ctx.dp.handshakes.error();
-                            tracing::debug!(client = %remote, error = %e, "TLS handshake failed");
-                        }
-                        Err(_) => ctx.dp.handshakes.timeout(),
+            if proxy_protocol {
+                let mut stream = stream;
+                match proxy_protocol::read(&mut stream, ctx.header_read_timeout).await {
+                    Ok((header, rest)) => {
+                        let client = match header {
+                            proxy_protocol::Header::Proxied { source, .. } => source,
+                            proxy_protocol::Header::Local => remote,
+                        };
+                        let io = Prefixed::new(rest, stream);
+                        serve_accepted(io, client, local, &ctx, watcher).await;
                     }
+                    Err(e) => tracing::debug!(peer = %remote, error = %e, "connection closed"),
                 }
+            } else {
+                serve_accepted(stream, remote, local, &ctx, watcher).await;
             }
             m.connections_active.dec();
         });
+    }
+}
+
+/// A connection from `client` (the TCP peer, or the client a PROXY header named): TLS when the
+/// listener has it, then [`serve_conn`].
+async fn serve_accepted<S>(
+    stream: S,
+    client: SocketAddr,
+    local: SocketAddr,
+    ctx: &ConnCtx,
+    watcher: Watcher,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let info = Arc::new(ConnInfo::new(
+        client,
+        local,
+        ctx.tls.is_some(),
+        ctx.dp.settings.trusts(client.ip()),
+    ));
+    match &ctx.tls {
+        None => serve_conn(stream, info, ctx, watcher, true).await,
+        Some(acceptor) => {
+            let accepted = std::time::Instant::now();
+            match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let hs = &ctx.dp.handshakes;
+                    hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
+                    // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
+                    let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                    serve_conn(tls, info, ctx, watcher, fast).await;
+                }
+                Ok(Err(e)) => {
+                    ctx.dp.handshakes.error();
+                    tracing::debug!(client = %client, error = %e, "TLS handshake failed");
+                }
+                Err(_) => ctx.dp.handshakes.timeout(),
+            }
+        }
     }
 }
 
