@@ -398,6 +398,57 @@ async fn leader_election(api: &TestApi) {
 }
 
 on_both!(problem_events, problem_events_fake, problem_events_real);
+on_both!(event_flood, event_flood_fake, event_flood_real);
+
+/// An Ingress with 40 broken paths gets a burst of Events and one summary, not 40 Events.
+async fn event_flood(api: &TestApi) {
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    let paths: Vec<(String, &str, String)> = (0..40)
+        .map(|i| (format!("/p{i}"), "Prefix", format!("missing-{i}")))
+        .collect();
+    let paths: Vec<(&str, &str, &str)> = paths
+        .iter()
+        .map(|(p, t, s)| (p.as_str(), *t, s.as_str()))
+        .collect();
+    api.apply_yaml(&ingress("flood", "flood.test", &paths))
+        .await;
+    let c = api.controller("solo", &[]).await;
+    assert!(ready(&c).await);
+    let about_flood = || async {
+        api.list("Event")
+            .await
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == "flood")
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            about_flood()
+                .await
+                .iter()
+                .any(|e| e["reason"] == "ProblemsNotReported")
+        })
+        .await,
+        "a summary Event"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = about_flood().await;
+    let not_found = events
+        .iter()
+        .filter(|e| e["reason"] == "ServiceNotFound")
+        .count();
+    assert_eq!(not_found, 10, "{events:#?}");
+    let summary = events
+        .iter()
+        .find(|e| e["reason"] == "ProblemsNotReported")
+        .unwrap();
+    assert!(
+        summary["message"].as_str().unwrap().starts_with("30 more"),
+        "{summary}"
+    );
+    c.shutdown(Duration::from_secs(3)).await;
+}
 
 /// Translation problems become Warning Events naming the Ingress.
 async fn problem_events(api: &TestApi) {

@@ -1,6 +1,7 @@
 //! `sluice controller`: Kubernetes mode. Reflectors feed one rebuild loop that drives the same
 //! data plane as `serve`; the elected leader writes Ingress status and Events. All replicas serve.
 
+pub mod events;
 pub mod leader;
 pub mod rebuild;
 pub mod status;
@@ -128,16 +129,21 @@ async fn report_problems(
     identity: String,
 ) {
     let mut seen = BTreeMap::new();
+    let mut budget = events::EventBudget::default();
     while published.changed().await.is_ok() {
         let problems = published.borrow_and_update().problems.clone();
         let now = problem_set(&problems);
-        for (k, p) in &now {
-            if seen.contains_key(k) {
-                continue;
-            }
+        let new: Vec<&sluice_config::Problem> = now
+            .iter()
+            .filter(|(k, _)| !seen.contains_key(*k))
+            .map(|(_, p)| p)
+            .collect();
+        let at = tokio::time::Instant::now();
+        budget.forget_idle(at);
+        for p in events::to_send(&mut budget, &new, at) {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
             if *leader.borrow() {
-                status::emit_event(&client, p, &identity).await;
+                status::emit_event(&client, &p, &identity).await;
             }
         }
         seen = now;

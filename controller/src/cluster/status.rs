@@ -258,11 +258,15 @@ pub async fn emit_event(client: &Client, p: &Problem, reporting_pod: &str) {
             api_version: Some(api_version.to_string()),
             namespace: (!p.object.namespace.is_empty()).then(|| p.object.namespace.clone()),
             name: Some(p.object.name.clone()),
-            field_path: Some(p.field.clone()),
+            field_path: (!p.field.is_empty()).then(|| p.field.clone()),
             ..ObjectReference::default()
         },
         reason: Some(p.reason.to_string()),
-        message: Some(format!("{}: {}", p.field, p.message)),
+        message: Some(if p.field.is_empty() {
+            p.message.clone()
+        } else {
+            format!("{}: {}", p.field, p.message)
+        }),
         type_: Some(
             if p.severity == Severity::Error {
                 "Warning"
