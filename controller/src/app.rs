@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use sluice_config::translate::HostOwnership;
 use sluice_config::{BalancePolicy, ObjectRef, Settings, TranslateOptions};
 use sluice_proxy::server::tls::TlsOptions;
 use sluice_proxy::state::certs::LoadedCert;
@@ -14,7 +15,7 @@ use sluice_proxy::upstream::tls::UpstreamTls;
 use sluice_proxy::{DataPlane, ProxySettings, Server, ServerOptions};
 use tokio::task::JoinHandle;
 
-use crate::cli::{AdminExpose, Balance, CommonArgs, LogFormat, listen_addr};
+use crate::cli::{AdminExpose, Balance, CommonArgs, HostOwnershipArg, LogFormat, listen_addr};
 
 /// Default listen addresses for a mode.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +55,10 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             .default_ssl_certificate
             .as_deref()
             .and_then(|v| parse_object_ref("Secret", v).ok()),
+        host_ownership: match c.host_ownership {
+            HostOwnershipArg::Shared => HostOwnership::Shared,
+            HostOwnershipArg::Namespace => HostOwnership::Namespace,
+        },
     }
 }
 

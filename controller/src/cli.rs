@@ -52,6 +52,16 @@ pub enum AdminExpose {
     Api,
 }
 
+/// Who may add routes to a host.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum HostOwnershipArg {
+    /// Rules for a host merge across namespaces (the Ingress API's semantics).
+    Shared,
+    /// The namespace of the oldest Ingress that names a host keeps it; other namespaces'
+    /// rules and certificates for it are ignored with a Warning Event.
+    Namespace,
+}
+
 /// Balancing policy.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Balance {
@@ -114,6 +124,10 @@ pub struct CommonArgs {
     /// Secret `NAMESPACE/NAME` whose certificate is served for unknown or missing SNI.
     #[arg(long, env = "SLUICE_DEFAULT_SSL_CERTIFICATE")]
     pub default_ssl_certificate: Option<String>,
+    /// Whether a host's rules merge across namespaces (`shared`, the Ingress API) or belong to
+    /// the first namespace that claimed the host (`namespace`, for clusters shared by teams).
+    #[arg(long, env = "SLUICE_HOST_OWNERSHIP", value_enum, default_value_t = HostOwnershipArg::Shared)]
+    pub host_ownership: HostOwnershipArg,
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", default_value_t = 25)]
     pub shutdown_timeout: u64,

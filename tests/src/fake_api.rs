@@ -101,6 +101,14 @@ const KINDS: &[Kind] = &[
         api_version: "events.k8s.io/v1",
         namespaced: true,
     },
+    // Tests that use other namespaces create them first, as the real API server requires.
+    Kind {
+        prefix: "/api/v1",
+        plural: "namespaces",
+        kind: "Namespace",
+        api_version: "v1",
+        namespaced: false,
+    },
 ];
 
 type ObjKey = (usize, String, String);

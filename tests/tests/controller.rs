@@ -399,6 +399,72 @@ async fn leader_election(api: &TestApi) {
 
 on_both!(problem_events, problem_events_fake, problem_events_real);
 on_both!(event_flood, event_flood_fake, event_flood_real);
+on_both!(host_ownership, host_ownership_fake, host_ownership_real);
+
+/// `--host-ownership namespace`: a newer Ingress in another namespace cannot add a path to a
+/// host, gets an Event saying whose host it is, and no status.
+async fn host_ownership(api: &TestApi) {
+    let (a, b) = (
+        backend_at("a", api.backend_addr()).await,
+        backend_at("b", api.backend_addr()).await,
+    );
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-b\n")
+        .await;
+    base(api, "web", &[a.addr]).await;
+    let other_ns = |yaml: String| yaml.replace("namespace: default", "namespace: team-b");
+    api.apply_yaml(&other_ns(
+        [service("web"), endpoint_slices("web", &[b.addr])].join("---\n"),
+    ))
+    .await;
+    api.apply_yaml(&ingress("shop", "shop.test", &[("/", "Prefix", "web")]))
+        .await;
+    // Created after the first (the real server stamps creation times a second apart at best).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    api.apply_yaml(&other_ns(ingress(
+        "grab",
+        "shop.test",
+        &[("/admin", "Prefix", "web")],
+    )))
+    .await;
+    let c = api
+        .controller("solo", &["--host-ownership", "namespace"])
+        .await;
+    assert!(ready(&c).await);
+    let http = c.running.http_addr.unwrap();
+    let admin_backend = || async {
+        get(&client(), http, "shop.test", "/admin")
+            .await
+            .ok()
+            .and_then(|r| r.backend().map(str::to_string))
+    };
+    assert_eq!(
+        admin_backend().await.as_deref(),
+        Some("a"),
+        "still team default's /"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            api.list("Event").await.iter().any(|e| {
+                e["reason"] == "HostOwnedByAnotherNamespace"
+                    && e["involvedObject"]["name"] == "grab"
+            })
+        })
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lb_ingress(api, "shop").await == json!([{"ip": "10.1.2.3"}])
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grab = api.get("Ingress", "team-b", "grab").await.unwrap();
+    assert!(
+        grab["status"]["loadBalancer"]["ingress"].is_null(),
+        "no status for an Ingress that owns nothing: {grab}"
+    );
+    c.shutdown(Duration::from_secs(3)).await;
+}
 
 /// An Ingress with 40 broken paths gets a burst of Events and one summary, not 40 Events.
 async fn event_flood(api: &TestApi) {

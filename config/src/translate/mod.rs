@@ -14,6 +14,7 @@
 //! - A `tls` entry without `hosts` covers the hosts of its Ingress's rules.
 
 mod backend;
+mod ownership;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use crate::snapshot::{Snapshot, SnapshotParts};
 use crate::world::World;
 
 pub use backend::{cluster_endpoints, resolve_endpoints};
+pub use ownership::{HostOwnership, Owners};
 
 /// Default controller name (`spec.controller` of our IngressClass).
 pub const DEFAULT_CONTROLLER_NAME: &str = "sluice.dev/ingress-controller";
@@ -52,6 +54,8 @@ pub struct TranslateOptions {
     /// Secret whose certificate is served for unknown or missing SNI (`--default-ssl-certificate`);
     /// its certificate is carried in the snapshot's certificates.
     pub default_certificate: Option<ObjectRef>,
+    /// Whether a host's rules merge across namespaces (`--host-ownership`).
+    pub host_ownership: HostOwnership,
 }
 
 impl Default for TranslateOptions {
@@ -62,6 +66,7 @@ impl Default for TranslateOptions {
             watch_namespace: None,
             settings: Settings::default(),
             default_certificate: None,
+            host_ownership: HostOwnership::Shared,
         }
     }
 }
@@ -146,6 +151,24 @@ pub fn ingress_is_ours(world: &World, ing: &Ingress, opts: &TranslateOptions) ->
                 .and_then(|a| a.get(annotations::DEFAULT_CLASS))
                 .is_some_and(|v| v == "true")
     })
+}
+
+/// With `--host-ownership namespace`, who owns which host among `ingresses` (the status writer
+/// leaves Ingresses that own nothing without status); `None` when hosts are shared.
+pub fn host_owners<'a>(
+    world: &World,
+    ingresses: impl IntoIterator<Item = &'a Ingress>,
+    opts: &TranslateOptions,
+) -> Option<Owners> {
+    if opts.host_ownership != HostOwnership::Namespace {
+        return None;
+    }
+    let mut ours: Vec<&Ingress> = ingresses
+        .into_iter()
+        .filter(|i| ingress_is_ours(world, i, opts))
+        .collect();
+    ours.sort_by_cached_key(|i| age_key(i));
+    Some(Owners::claim(&ours))
 }
 
 /// Reference to an Ingress for reports.
@@ -250,8 +273,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         .filter(|i| ingress_is_ours(world, i, opts))
         .collect();
     ours.sort_by_cached_key(|i| age_key(i));
+    let owners = (opts.host_ownership == HostOwnership::Namespace).then(|| Owners::claim(&ours));
 
-    let tls = tls::collect(world, &ours, &mut problems);
+    let tls = tls::collect(world, &ours, owners.as_ref(), &mut problems);
     let mut backends = backend::Resolver::new(world, opts.settings.balance.clone());
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
@@ -308,6 +332,21 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     continue;
                 }
             };
+            if let Some(owner) = owners
+                .as_ref()
+                .and_then(|o| o.other_owner(&host, &src.namespace))
+            {
+                problems.report(
+                    Severity::Error,
+                    "HostOwnedByAnotherNamespace",
+                    &src,
+                    format!("spec.rules[{ri}].host"),
+                    format!(
+                        "host {host} belongs to namespace {owner}, whose Ingress claimed it first (--host-ownership namespace); rule ignored"
+                    ),
+                );
+                continue;
+            }
             let Some(http) = &rule.http else { continue };
             for (pi, p) in http.paths.iter().enumerate() {
                 let field = format!("spec.rules[{ri}].http.paths[{pi}]");

@@ -12,7 +12,7 @@ use crate::model::{Certificates, HostMatch, ObjectRef, Severity, TlsBinding};
 use crate::pem::check_pem;
 use crate::world::World;
 
-use super::{Problems, ingress_ref};
+use super::{Owners, Problems, ingress_ref};
 
 /// The Secret type sluice reads certificates from.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
@@ -24,7 +24,12 @@ pub(super) struct TlsHosts {
     matches: Vec<HostMatch>,
 }
 
-pub(super) fn collect(world: &World, ours: &[&Ingress], p: &mut Problems) -> TlsHosts {
+pub(super) fn collect(
+    world: &World,
+    ours: &[&Ingress],
+    owners: Option<&Owners>,
+    p: &mut Problems,
+) -> TlsHosts {
     let _ = world;
     let mut hosts: BTreeMap<String, Option<TlsBinding>> = BTreeMap::new();
     for ing in ours {
@@ -44,7 +49,20 @@ pub(super) fn collect(world: &World, ours: &[&Ingress], p: &mut Problems) -> Tls
             for (hi, raw) in listed.iter().enumerate() {
                 let host = match parse_rule_host(raw) {
                     Ok(HostMatch::Any) => continue,
-                    Ok(h) => h.to_string(),
+                    Ok(h) => {
+                        if let Some(owner) = owners.and_then(|o| o.other_owner(&h, &src.namespace))
+                        {
+                            p.report(
+                                Severity::Error,
+                                "HostOwnedByAnotherNamespace",
+                                &src,
+                                format!("spec.tls[{ti}].hosts[{hi}]"),
+                                format!("host {h} belongs to namespace {owner} (--host-ownership namespace); its certificate is not used"),
+                            );
+                            continue;
+                        }
+                        h.to_string()
+                    }
                     Err(e) => {
                         p.report(
                             Severity::Error,

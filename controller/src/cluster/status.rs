@@ -21,7 +21,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use serde_json::json;
-use sluice_config::translate::ingress_is_ours;
+use sluice_config::translate::{host_owners, ingress_is_ours};
 use sluice_config::{Problem, Severity, TranslateOptions, World};
 use tokio::sync::watch;
 
@@ -151,8 +151,12 @@ pub async fn reconcile(
         .collect();
     written.retain(|(ns, name), _| present.contains(&(ns.as_str(), name.as_str())));
     drop(present);
+    // With --host-ownership namespace, an Ingress whose hosts all belong to other namespaces
+    // serves nothing and gets no status.
+    let owners = host_owners(&world, state.iter().map(AsRef::as_ref), opts);
     for ing in state {
-        let ours = ingress_is_ours(&world, &ing, opts);
+        let ours = ingress_is_ours(&world, &ing, opts)
+            && !owners.as_ref().is_some_and(|o| o.shuts_out(&ing));
         let cur = current(&ing);
         let target = if ours {
             if cur == desired || desired.is_empty() {
