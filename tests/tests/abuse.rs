@@ -538,3 +538,75 @@ async fn the_proxy_protocol_names_the_client_and_nothing_else_gets_in() {
     assert!(seen.iter().any(|l| l == "x-forwarded-for=203.0.113.9"));
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// Opens a WebSocket tunnel to `ws.test` and checks that it echoes.
+async fn open_tunnel(http: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(http).await.unwrap();
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = c.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    c.write_all(b"ping").await.unwrap();
+    let mut echo = [0u8; 4];
+    c.read_exact(&mut echo).await.unwrap();
+    c
+}
+
+/// Tunnels keep their connection's place under `--max-connections` after the HTTP exchange
+/// that opened them ends, and the drain closes them at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnels_count_against_the_connection_cap_and_close_at_the_drain_deadline() {
+    let b = backend("b").await;
+    let m = Manifests::new();
+    m.write(
+        "all.yaml",
+        &one_service("ws.test", "svc", &[b.addr]).join("---\n"),
+    );
+    let s = serve(m.dir.path(), &["--max-connections", "3"]).await;
+    let http = s.running.http_addr.unwrap();
+    let mut tunnels = vec![open_tunnel(http).await, open_tunnel(http).await];
+    // One slot left: a request gets it.
+    let r = raw(http, &get_raw("/", "ws.test", "")).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    tunnels.push(open_tunnel(http).await);
+    // The cap is reached by tunnels alone: a new request waits for a slot.
+    let waited = tokio::time::timeout(
+        Duration::from_millis(700),
+        raw(http, &get_raw("/", "ws.test", "")),
+    )
+    .await;
+    assert!(waited.is_err(), "served past the cap: {waited:?}");
+    // A tunnel that ends gives its slot back.
+    drop(tunnels.pop());
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        raw(http, &get_raw("/", "ws.test", "")),
+    )
+    .await
+    .unwrap();
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+
+    // Shutdown with live tunnels: they are closed once the deadline has passed.
+    let started = std::time::Instant::now();
+    let all_done = s.shutdown(Duration::from_secs(2)).await;
+    assert!(!all_done, "tunnels were still open at the deadline");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    for mut t in tunnels {
+        let mut buf = [0u8; 16];
+        let closed = tokio::time::timeout(Duration::from_secs(2), t.read(&mut buf)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0) | Err(_))),
+            "a tunnel outlived the drain: {closed:?}"
+        );
+    }
+}

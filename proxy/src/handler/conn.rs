@@ -2,8 +2,11 @@
 //! header values rendered once per connection rather than once per request.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::HeaderValue;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use crate::wire::forwarded::ProxyHeaders;
 
@@ -22,6 +25,65 @@ pub struct ConnInfo {
     local_port: HeaderValue,
     /// The client is a trusted proxy (`--trusted-proxies`).
     pub trusted: bool,
+    /// The connection's place under `--max-connections` and in the drain (none in tests that
+    /// build a `ConnInfo` by hand).
+    pub slot: Option<Slot>,
+}
+
+/// A client connection's place under `--max-connections`, shared by whatever serves it: the
+/// connection's task holds it, and so does a tunnel (WebSocket) that outlives the HTTP
+/// connection it came from, so tunnels count against the cap and are closed when the drain's
+/// deadline passes.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    _permit: Arc<OwnedSemaphorePermit>,
+    deadline: watch::Receiver<bool>,
+    tunnels: Arc<AtomicUsize>,
+}
+
+impl Slot {
+    /// A slot holding `permit`; `deadline` turns true when the drain deadline has passed;
+    /// `tunnels` counts open tunnels (for the drain to wait on).
+    pub fn new(
+        permit: OwnedSemaphorePermit,
+        deadline: watch::Receiver<bool>,
+        tunnels: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            _permit: Arc::new(permit),
+            deadline,
+            tunnels,
+        }
+    }
+
+    /// Marks a tunnel open for as long as the returned guard lives.
+    pub fn tunnel(&self) -> TunnelGuard {
+        self.tunnels.fetch_add(1, Ordering::Relaxed);
+        TunnelGuard { slot: self.clone() }
+    }
+}
+
+/// An open tunnel: holds its connection's slot, and is counted until dropped.
+#[derive(Debug)]
+pub struct TunnelGuard {
+    slot: Slot,
+}
+
+impl TunnelGuard {
+    /// Resolves when the drain deadline has passed (never, if the server is not shutting down).
+    pub async fn deadline(&mut self) {
+        let _ = self.slot.deadline.wait_for(|passed| *passed).await;
+        if !*self.slot.deadline.borrow() {
+            // The server is gone without saying so: keep the tunnel to its own end.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for TunnelGuard {
+    fn drop(&mut self) {
+        self.slot.tunnels.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl ConnInfo {
@@ -36,7 +98,15 @@ impl ConnInfo {
             client_ip,
             local_port: HeaderValue::from(local.port()),
             trusted,
+            slot: None,
         }
+    }
+
+    /// The same facts with the connection's slot.
+    #[must_use]
+    pub fn with_slot(mut self, slot: Slot) -> Self {
+        self.slot = Some(slot);
+        self
     }
 
     /// The proxy headers requests from this connection get.

@@ -363,7 +363,8 @@ async fn route(
             // protocol we do not tunnel.
             return unasked_switch(&cluster.name);
         };
-        tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout));
+        let guard = conn.slot.as_ref().map(crate::handler::Slot::tunnel);
+        tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout, guard));
         rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
     }
@@ -379,6 +380,7 @@ async fn tunnel(
     client: hyper::upgrade::OnUpgrade,
     up: retry::UpstreamUpgrade,
     idle: std::time::Duration,
+    mut guard: Option<crate::handler::TunnelGuard>,
 ) {
     let retry::UpstreamUpgrade {
         io: mut upstream,
@@ -409,6 +411,14 @@ async fn tunnel(
         }
         why = activity.watch(std::time::Duration::MAX, idle) => {
             tracing::debug!(why, "tunnel closed");
+        }
+        () = async {
+            match guard.as_mut() {
+                Some(g) => g.deadline().await,
+                None => std::future::pending().await,
+            }
+        } => {
+            tracing::debug!("tunnel closed at the drain deadline");
         }
     }
 }

@@ -11,5 +11,5 @@ pub mod general;
 pub(crate) mod local;
 pub(crate) mod respond;
 
-pub use conn::ConnInfo;
+pub use conn::{ConnInfo, Slot, TunnelGuard};
 pub use general::handle;

@@ -10,6 +10,7 @@ pub mod tls;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -26,7 +27,7 @@ use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 
-use crate::handler::{ConnInfo, handle};
+use crate::handler::{ConnInfo, Slot, handle};
 use crate::io::activity::{Activity, SendDeadline, Watched};
 use crate::io::prefixed::Prefixed;
 use crate::state::dataplane::DataPlane;
@@ -81,6 +82,10 @@ pub struct Server {
     /// Tells fast-path connections waiting for a request to close (hyper's connections get
     /// the same from `graceful`).
     close_idle: watch::Sender<bool>,
+    /// Turns true when the drain deadline has passed: tunnels close then.
+    deadline: watch::Sender<bool>,
+    /// Open tunnels (they outlive the HTTP connections the graceful shutdown counts).
+    tunnels: Arc<AtomicUsize>,
     loops: JoinSet<()>,
     limit: Arc<Semaphore>,
 }
@@ -95,6 +100,8 @@ impl Server {
             graceful: Arc::new(GracefulShutdown::new()),
             stop: watch::channel(false).0,
             close_idle: watch::channel(false).0,
+            deadline: watch::channel(false).0,
+            tunnels: Arc::new(AtomicUsize::new(0)),
             loops: JoinSet::new(),
             limit,
         }
@@ -110,6 +117,8 @@ impl Server {
             tls,
             builder: Arc::new(builder(&self.opts)),
             close_idle: self.close_idle.subscribe(),
+            deadline: self.deadline.subscribe(),
+            tunnels: Arc::clone(&self.tunnels),
         };
         let stop = self.stop.subscribe();
         if self.loops.is_empty() {
@@ -138,10 +147,23 @@ impl Server {
         let open = self.graceful.count();
         tracing::info!(open_connections = open, ?deadline, "draining connections");
         let _ = self.close_idle.send(true);
-        match Arc::try_unwrap(self.graceful) {
-            Ok(g) => tokio::time::timeout(deadline, g.shutdown()).await.is_ok(),
+        let end = tokio::time::Instant::now() + deadline;
+        let mut done = match Arc::try_unwrap(self.graceful) {
+            Ok(g) => tokio::time::timeout_at(end, g.shutdown()).await.is_ok(),
             Err(_) => false,
+        };
+        // Tunnels outlive their HTTP connections: they get what is left of the deadline to end
+        // on their own, then are closed.
+        while self.tunnels.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let open_tunnels = self.tunnels.load(Ordering::Relaxed);
+        if open_tunnels > 0 {
+            tracing::info!(open_tunnels, "closing tunnels at the drain deadline");
+            done = false;
+        }
+        let _ = self.deadline.send(true);
+        done
     }
 }
 
@@ -171,6 +193,8 @@ struct AcceptCtx {
     tls: Option<TlsAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     close_idle: watch::Receiver<bool>,
+    deadline: watch::Receiver<bool>,
+    tunnels: Arc<AtomicUsize>,
 }
 
 fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
@@ -189,12 +213,16 @@ fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Receiver<bool>) {
     let local = listener.local_addr().ok();
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = stop.changed() => return,
-        };
+        // Accept, then wait for a slot before serving: while every slot is taken, this loop
+        // holds at most the one connection it accepted and the rest wait in the kernel's
+        // backlog. (Taking the slot first would leave one idle slot in the hands of every
+        // other listener's loop, short of the cap.)
         let accepted = tokio::select! {
             a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let permit = tokio::select! {
+            p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stop.changed() => return,
         };
         let (stream, remote) = match accepted {
@@ -219,11 +247,13 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             client_send_timeout: ctx.opts.client_send_timeout,
             max_header_size: ctx.opts.max_header_size.max(8192),
             close_idle: ctx.close_idle.clone(),
+            deadline: ctx.deadline.clone(),
+            tunnels: Arc::clone(&ctx.tunnels),
         };
         let proxy_protocol = ctx.opts.proxy_protocol;
         tokio::spawn(async move {
             let ctx = conn_ctx;
-            let _permit = permit;
+            let slot = Slot::new(permit, ctx.deadline.clone(), Arc::clone(&ctx.tunnels));
             let m = &ctx.dp.metrics;
             m.connections.inc();
             m.connections_active.inc();
@@ -236,12 +266,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
                             proxy_protocol::Header::Local => remote,
                         };
                         let io = Prefixed::new(rest, stream);
-                        serve_accepted(io, client, local, &ctx, watcher).await;
+                        serve_accepted(io, (client, local, slot), &ctx, watcher).await;
                     }
                     Err(e) => tracing::debug!(peer = %remote, error = %e, "connection closed"),
                 }
             } else {
-                serve_accepted(stream, remote, local, &ctx, watcher).await;
+                serve_accepted(stream, (remote, local, slot), &ctx, watcher).await;
             }
             m.connections_active.dec();
         });
@@ -252,19 +282,21 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
 /// listener has it, then [`serve_conn`].
 async fn serve_accepted<S>(
     stream: S,
-    client: SocketAddr,
-    local: SocketAddr,
+    (client, local, slot): (SocketAddr, SocketAddr, Slot),
     ctx: &ConnCtx,
     watcher: Watcher,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let info = Arc::new(ConnInfo::new(
-        client,
-        local,
-        ctx.tls.is_some(),
-        ctx.dp.settings.trusts(client.ip()),
-    ));
+    let info = Arc::new(
+        ConnInfo::new(
+            client,
+            local,
+            ctx.tls.is_some(),
+            ctx.dp.settings.trusts(client.ip()),
+        )
+        .with_slot(slot),
+    );
     match &ctx.tls {
         None => serve_conn(stream, info, ctx, watcher, true).await,
         Some(acceptor) => {
@@ -298,6 +330,8 @@ struct ConnCtx {
     client_send_timeout: Duration,
     max_header_size: usize,
     close_idle: watch::Receiver<bool>,
+    deadline: watch::Receiver<bool>,
+    tunnels: Arc<AtomicUsize>,
 }
 
 /// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
