@@ -42,6 +42,13 @@ use crate::wire::field::Field;
 const MAX_HEADERS: usize = 100;
 /// Bytes asked of the socket per read.
 const READ_SIZE: usize = 8 * 1024;
+/// What a connection's head buffer starts with, and returns to between requests: most request
+/// heads fit, and an idle keep-alive connection holds no more (a head that needs more gets it,
+/// doubling, up to the header limit).
+const HEAD_START: usize = 2 * 1024;
+/// A response buffer that grew past this (a large coalesced body) is released after its
+/// response instead of being kept by an idle connection.
+const OUT_KEEP: usize = 16 * 1024;
 /// The start of the HTTP/2 connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
@@ -226,8 +233,8 @@ pub async fn serve<I>(mut io: I, fp: &mut FastPath) -> Outcome<I>
 where
     I: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut rbuf = BytesMut::with_capacity(READ_SIZE);
-    let mut out = BytesMut::with_capacity(READ_SIZE);
+    let mut rbuf = BytesMut::with_capacity(HEAD_START);
+    let mut out = BytesMut::new();
     let mut spans = Vec::new();
     let timer = tokio::time::sleep(fp.header_read_timeout);
     tokio::pin!(timer);
@@ -244,8 +251,9 @@ where
                     }
                 }
             }
-            if rbuf.capacity() - rbuf.len() < READ_SIZE / 4 {
-                rbuf.reserve(READ_SIZE);
+            if rbuf.capacity() - rbuf.len() < HEAD_START / 4 {
+                // Grow as the head needs: double what is held (at least the start size).
+                rbuf.reserve(rbuf.len().max(HEAD_START));
             }
             // A read that is ready needs no timer; only waiting arms the head deadline.
             let ready = poll_fn(|cx| {
@@ -335,6 +343,14 @@ where
         if !matches!(written, Ok(true)) {
             let _ = io.shutdown().await;
             return Outcome::Closed;
+        }
+        // Between requests an idle connection keeps small buffers, whatever the last request
+        // needed.
+        if rbuf.is_empty() && rbuf.capacity() > 2 * HEAD_START {
+            rbuf = BytesMut::with_capacity(HEAD_START);
+        }
+        if out.capacity() > OUT_KEEP {
+            out = BytesMut::new();
         }
     }
 }
