@@ -27,6 +27,9 @@ pub const LOAD_BALANCE: [&str; 2] = [
     "sluice.dev/load-balance",
     "nginx.ingress.kubernetes.io/load-balance",
 ];
+/// Most requests in flight to one endpoint (nginx's `max_conns`; ingress-nginx has no such
+/// annotation, so only sluice's spelling).
+pub const UPSTREAM_MAX_CONNECTIONS: [&str; 1] = ["sluice.dev/upstream-max-connections"];
 /// An nginx variable whose value is hashed to pick the endpoint (consistent hashing).
 pub const UPSTREAM_HASH_BY: [&str; 2] = [
     "sluice.dev/upstream-hash-by",
@@ -111,6 +114,18 @@ pub fn backend_protocol(
                 message: format!("{v:?} is not one of HTTP, HTTPS, H2C, GRPC"),
             }),
         },
+    }
+}
+
+/// `sluice.dev/upstream-max-connections`: most requests in flight to one endpoint of the pool
+/// (nginx's `max_conns`); `0` means no limit.
+pub fn max_in_flight(a: &BTreeMap<String, String>) -> Result<Option<u32>, AnnotationError> {
+    match first(a, &UPSTREAM_MAX_CONNECTIONS) {
+        None => Ok(None),
+        Some((name, v)) => v.parse::<u32>().map(Some).map_err(|_| AnnotationError {
+            name,
+            message: format!("{v:?} is not a number of connections"),
+        }),
     }
 }
 
@@ -257,6 +272,16 @@ mod tests {
         );
         assert!(hsts(&ann(HSTS, "includeSubDomains")).is_err());
         assert_eq!(hsts(&BTreeMap::new()), Ok(None));
+    }
+
+    #[test]
+    fn upstream_max_connections() {
+        let name = "sluice.dev/upstream-max-connections";
+        assert_eq!(max_in_flight(&ann(name, " 20 ")).unwrap(), Some(20));
+        assert_eq!(max_in_flight(&ann(name, "0")).unwrap(), Some(0));
+        assert_eq!(max_in_flight(&BTreeMap::new()).unwrap(), None);
+        assert!(max_in_flight(&ann(name, "-1")).is_err());
+        assert!(max_in_flight(&ann(name, "lots")).is_err());
     }
 
     #[test]

@@ -207,6 +207,9 @@ pub struct ClusterSpec {
     pub balance: BalancePolicy,
     /// Endpoints, sorted by address, without duplicates.
     pub endpoints: Vec<EndpointSpec>,
+    /// Most requests (for HTTP/1: connections) in flight to one endpoint of the pool; `None`
+    /// for no limit (`sluice.dev/upstream-max-connections`, `--upstream-max-connections`).
+    pub max_in_flight: Option<u32>,
 }
 
 /// Where a matched request goes.
@@ -360,6 +363,8 @@ pub struct Settings {
     pub balance: BalancePolicy,
     /// Whether hosts with TLS redirect plain HTTP to HTTPS unless an Ingress says otherwise.
     pub ssl_redirect: bool,
+    /// Default per-endpoint limit of requests in flight (`--upstream-max-connections`).
+    pub max_in_flight: Option<u32>,
 }
 
 impl Default for Settings {
@@ -367,6 +372,7 @@ impl Default for Settings {
         Self {
             balance: BalancePolicy::LeastRequest,
             ssl_redirect: true,
+            max_in_flight: None,
         }
     }
 }

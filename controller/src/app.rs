@@ -50,6 +50,7 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
                 (None, Balance::RoundRobin) => BalancePolicy::RoundRobin,
             },
             ssl_redirect: c.ssl_redirect,
+            max_in_flight: (c.upstream_max_connections > 0).then_some(c.upstream_max_connections),
         },
         default_certificate: c
             .default_ssl_certificate

@@ -216,6 +216,12 @@ pub struct CommonArgs {
     /// may choose its own with `upstream-hash-by`).
     #[arg(long, env = "SLUICE_UPSTREAM_HASH_BY", value_parser = parse_hash_key)]
     pub upstream_hash_by: Option<sluice_config::HashKey>,
+    /// Most requests in flight (for HTTP/1 upstreams: connections) to one endpoint; 0 for no
+    /// limit (nginx's max_conns). An Ingress may set its pools' own with
+    /// `sluice.dev/upstream-max-connections`. A request that finds every endpoint at its limit
+    /// is answered 503.
+    #[arg(long, env = "SLUICE_UPSTREAM_MAX_CONNECTIONS", default_value_t = 0)]
+    pub upstream_max_connections: u32,
     /// Serve HTTP/2 (h2 via ALPN, h2c with prior knowledge).
     #[arg(long, env = "SLUICE_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub http2: bool,

@@ -45,6 +45,9 @@ pub enum Kind {
     /// The pool has no endpoint to send to.
     #[error("no endpoints available")]
     NoEndpoints,
+    /// Every endpoint of the pool is at its limit of requests in flight.
+    #[error("every endpoint is at its connection limit")]
+    EndpointsAtLimit,
     /// Nothing listens at the endpoint (or the pod is gone).
     #[error("connection refused")]
     ConnectRefused,
@@ -93,7 +96,7 @@ impl Kind {
     /// Whose failure this kind is.
     pub fn side(self) -> Side {
         match self {
-            Kind::NoEndpoints => Side::Internal,
+            Kind::NoEndpoints | Kind::EndpointsAtLimit => Side::Internal,
             Kind::RequestBodyTooLarge(_) | Kind::ClientBody => Side::Client,
             Kind::ConnectRefused
             | Kind::ConnectTimeout(_)

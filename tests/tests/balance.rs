@@ -170,3 +170,51 @@ async fn hashing_by_header_keeps_a_key_on_one_replica_and_round_robin_rotates() 
     );
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// Status of one GET on a new connection.
+async fn status_of(addr: SocketAddr, host: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `--upstream-max-connections` (nginx's max_conns): a request that finds the only endpoint at
+/// its limit is answered 503 at once instead of piling onto it; an Ingress may raise its pool's
+/// limit with `sluice.dev/upstream-max-connections`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_at_its_connection_limit_takes_no_more() {
+    let pods = backends(1, Duration::from_millis(800), None).await;
+    let addrs: Vec<SocketAddr> = pods.iter().map(|b| b.addr).collect();
+    for (annotation, expect_busy) in [
+        ("", true),
+        ("    sluice.dev/upstream-max-connections: \"2\"\n", false),
+    ] {
+        let m = Manifests::new();
+        serve_files(&m, &addrs, annotation);
+        let s = serve(m.dir.path(), &["--upstream-max-connections", "1"]).await;
+        let http = s.running.http_addr.unwrap();
+        let first = tokio::spawn(status_of(http, "lb.test"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let second = status_of(http, "lb.test").await;
+        if expect_busy {
+            assert!(second.starts_with("HTTP/1.1 503"), "{second}");
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "answered at once"
+            );
+        } else {
+            assert!(second.starts_with("HTTP/1.1 200"), "{annotation}: {second}");
+        }
+        assert!(first.await.unwrap().starts_with("HTTP/1.1 200"));
+        s.shutdown(Duration::from_secs(3)).await;
+    }
+}

@@ -108,6 +108,7 @@ pub fn cluster_endpoints(world: &World, key: &ClusterKey) -> Option<Vec<Endpoint
 pub(super) struct PoolAnnotations {
     protocol: Option<UpstreamProtocol>,
     balance: Option<BalancePolicy>,
+    max_in_flight: Option<u32>,
 }
 
 impl PoolAnnotations {
@@ -124,7 +125,15 @@ impl PoolAnnotations {
             invalid(e);
             None
         });
-        Self { protocol, balance }
+        let max_in_flight = annotations::max_in_flight(ann).unwrap_or_else(|e| {
+            invalid(e);
+            None
+        });
+        Self {
+            protocol,
+            balance,
+            max_in_flight,
+        }
     }
 }
 
@@ -137,16 +146,26 @@ pub(super) struct Resolver<'w> {
     protocol_set_by: BTreeMap<ClusterKey, ObjectRef>,
     /// Which Ingress set a cluster's balancing policy by annotation (the oldest wins).
     balance_set_by: BTreeMap<ClusterKey, ObjectRef>,
+    /// Which Ingress set a cluster's connection limit by annotation (the oldest wins).
+    max_set_by: BTreeMap<ClusterKey, ObjectRef>,
+    /// `--upstream-max-connections`.
+    max_in_flight: Option<u32>,
 }
 
 impl<'w> Resolver<'w> {
-    pub(super) fn new(world: &'w World, balance: BalancePolicy) -> Self {
+    pub(super) fn new(
+        world: &'w World,
+        balance: BalancePolicy,
+        max_in_flight: Option<u32>,
+    ) -> Self {
         Self {
             world,
             balance,
             clusters: BTreeMap::new(),
             protocol_set_by: BTreeMap::new(),
             balance_set_by: BTreeMap::new(),
+            max_set_by: BTreeMap::new(),
+            max_in_flight,
         }
     }
 
@@ -255,6 +274,7 @@ impl<'w> Resolver<'w> {
         };
         let world = self.world;
         let balance = &self.balance;
+        let default_max = self.max_in_flight;
         let cluster = self
             .clusters
             .entry(key.clone())
@@ -263,6 +283,7 @@ impl<'w> Resolver<'w> {
                 protocol: app_protocol(port),
                 balance: balance.clone(),
                 endpoints: resolve_endpoints(world, ns, svc, port),
+                max_in_flight: default_max,
             });
         if let Some(proto) = pool.protocol {
             first_wins(
@@ -277,6 +298,14 @@ impl<'w> Resolver<'w> {
                 (&mut cluster.balance, balance.clone()),
                 (&mut self.balance_set_by, &key, src),
                 "load-balance/upstream-hash-by",
+                p,
+            );
+        }
+        if let Some(max) = pool.max_in_flight {
+            first_wins(
+                (&mut cluster.max_in_flight, (max > 0).then_some(max)),
+                (&mut self.max_set_by, &key, src),
+                "upstream-max-connections",
                 p,
             );
         }

@@ -276,7 +276,11 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let owners = (opts.host_ownership == HostOwnership::Namespace).then(|| Owners::claim(&ours));
 
     let tls = tls::collect(world, &ours, owners.as_ref(), &mut problems);
-    let mut backends = backend::Resolver::new(world, opts.settings.balance.clone());
+    let mut backends = backend::Resolver::new(
+        world,
+        opts.settings.balance.clone(),
+        opts.settings.max_in_flight,
+    );
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
 

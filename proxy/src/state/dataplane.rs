@@ -171,6 +171,7 @@ impl DataPlane {
                     if c.set_endpoints(&spec.endpoints, &self.pools) {
                         swaps += 1;
                     }
+                    c.set_max_in_flight(spec.max_in_flight);
                     next.insert(key.clone(), Arc::clone(c));
                 }
                 _ => {

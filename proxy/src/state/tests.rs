@@ -40,6 +40,7 @@ fn cluster(service: &str, eps: &[u8], protocol: UpstreamProtocol) -> ClusterSpec
         protocol,
         balance: BalancePolicy::default(),
         endpoints: eps.iter().map(|&i| ep(i)).collect(),
+        max_in_flight: None,
     }
 }
 

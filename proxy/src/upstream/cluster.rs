@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -45,6 +45,8 @@ pub struct Cluster {
     /// Metric handles.
     pub stats: ClusterStats,
     rr: AtomicUsize,
+    /// Most requests in flight per endpoint; 0 for no limit. Changes without a new pool.
+    max_in_flight: AtomicU32,
 }
 
 /// Small fixed list of endpoints already tried by one request.
@@ -106,9 +108,21 @@ impl Cluster {
             },
             name,
             rr: AtomicUsize::new(fastrand::usize(..)),
+            max_in_flight: AtomicU32::new(spec.max_in_flight.unwrap_or(0)),
         };
         c.set_endpoints(&spec.endpoints, pools);
         c
+    }
+
+    /// Sets the per-endpoint limit of requests in flight (`None`: no limit).
+    pub fn set_max_in_flight(&self, max: Option<u32>) {
+        self.max_in_flight
+            .store(max.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The per-endpoint limit of requests in flight, if any.
+    pub fn max_in_flight(&self) -> Option<u32> {
+        Some(self.max_in_flight.load(Ordering::Relaxed)).filter(|m| *m > 0)
     }
 
     /// Whether this pool can be kept for `spec` (same identity; endpoints may differ).
@@ -189,8 +203,13 @@ impl Cluster {
         healthy_only: bool,
         key: Option<u64>,
     ) -> Option<Arc<Endpoint>> {
-        let usable =
-            |e: &Arc<Endpoint>| !(tried.contains(&e.addr) || (healthy_only && e.is_ejected(now)));
+        // An endpoint at its limit is never picked, ejected or not (nginx's max_conns).
+        let max = self.max_in_flight.load(Ordering::Relaxed);
+        let usable = |e: &Arc<Endpoint>| {
+            !(tried.contains(&e.addr)
+                || (healthy_only && e.is_ejected(now))
+                || (max > 0 && e.in_flight() >= max))
+        };
         crate::upstream::balance::pick(&self.balance, list, usable, &self.rr, key)
     }
 }
@@ -254,6 +273,7 @@ mod tests {
                     state,
                 })
                 .collect(),
+            max_in_flight: None,
         }
     }
 
@@ -299,6 +319,36 @@ mod tests {
             c.pick(&set, &Tried::default(), None).is_some(),
             "all ejected: one is still tried rather than failing the request"
         );
+    }
+
+    #[test]
+    fn an_endpoint_at_its_limit_is_not_picked_and_a_full_pool_has_nothing_to_give() {
+        let (c, _pools) = pool(&[(1, R), (2, R)]);
+        c.set_max_in_flight(Some(1));
+        let set = c.endpoints.load_full();
+        let busy = set.ready[0].start();
+        for _ in 0..20 {
+            let e = c.pick(&set, &Tried::default(), None).unwrap();
+            assert_eq!(
+                e.addr, set.ready[1].addr,
+                "the busy endpoint is at its limit"
+            );
+        }
+        let other = set.ready[1].start();
+        assert!(
+            c.pick(&set, &Tried::default(), None).is_none(),
+            "every endpoint at its limit"
+        );
+        drop(busy);
+        assert_eq!(
+            c.pick(&set, &Tried::default(), None).unwrap().addr,
+            set.ready[0].addr
+        );
+        drop(other);
+        c.set_max_in_flight(None);
+        let _a = set.ready[0].start();
+        let _b = set.ready[1].start();
+        assert!(c.pick(&set, &Tried::default(), None).is_some(), "no limit");
     }
 
     #[test]

@@ -205,8 +205,13 @@ impl<'a> Attempts<'a> {
     /// Why no attempt succeeded: the last failure, or that there was nothing to try.
     fn exhausted(self) -> Error {
         let tried = u32::try_from(self.tried.len()).unwrap_or(u32::MAX);
+        let none = if self.set.members.is_empty() || self.cluster.max_in_flight().is_none() {
+            Kind::NoEndpoints
+        } else {
+            Kind::EndpointsAtLimit
+        };
         self.last
-            .unwrap_or_else(|| Error::new(Kind::NoEndpoints))
+            .unwrap_or_else(|| Error::new(none))
             .after(&self.cluster.name, tried)
     }
 }

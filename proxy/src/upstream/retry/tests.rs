@@ -115,6 +115,7 @@ fn cluster(fakes: &[&Fake]) -> Cluster {
                 state: EndpointState::Ready,
             })
             .collect(),
+        max_in_flight: None,
     };
     let pools = PoolRegistry::new(UpstreamSettings::default());
     Cluster::new(&spec, &pools, &Metrics::new())
