@@ -143,6 +143,7 @@ impl Running {
             client_idle_timeout: Duration::from_secs(c.client_idle_timeout.max(1)),
             client_send_timeout: Duration::from_secs(c.client_send_timeout.max(1)),
             proxy_protocol: c.proxy_protocol,
+            fast_path: c.fast_path,
             ..ServerOptions::default()
         };
         let admin_listener = sluice_proxy::server::listener::bind(c.admin_listen)

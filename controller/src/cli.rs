@@ -222,6 +222,11 @@ pub struct CommonArgs {
     /// is answered 503.
     #[arg(long, env = "SLUICE_UPSTREAM_MAX_CONNECTIONS", default_value_t = 0)]
     pub upstream_max_connections: u32,
+    /// Serve HTTP/1.1 on sluice's own fast reader where it can (the default); `false` has
+    /// hyper serve every connection. A diagnostic switch (the differential test compares the
+    /// two), not a tuning knob.
+    #[arg(long, env = "SLUICE_FAST_PATH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fast_path: bool,
     /// Serve HTTP/2 (h2 via ALPN, h2c with prior knowledge).
     #[arg(long, env = "SLUICE_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub http2: bool,

@@ -55,6 +55,10 @@ pub struct ServerOptions {
     /// Every connection starts with a PROXY protocol header naming the client
     /// ([`proxy_protocol`]); connections without one are closed.
     pub proxy_protocol: bool,
+    /// Serve HTTP/1 on the fast reader (and the direct handler) where it can; off, hyper serves
+    /// every connection. A diagnostic switch: the differential test runs the same requests both
+    /// ways and compares.
+    pub fast_path: bool,
 }
 
 impl Default for ServerOptions {
@@ -68,6 +72,7 @@ impl Default for ServerOptions {
             client_idle_timeout: Duration::from_secs(75),
             client_send_timeout: Duration::from_secs(60),
             proxy_protocol: false,
+            fast_path: true,
         }
     }
 }
@@ -249,6 +254,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             close_idle: ctx.close_idle.clone(),
             deadline: ctx.deadline.clone(),
             tunnels: Arc::clone(&ctx.tunnels),
+            fast_path: ctx.opts.fast_path,
         };
         let proxy_protocol = ctx.opts.proxy_protocol;
         tokio::spawn(async move {
@@ -298,7 +304,7 @@ async fn serve_accepted<S>(
         .with_slot(slot),
     );
     match &ctx.tls {
-        None => serve_conn(stream, info, ctx, watcher, true).await,
+        None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
         Some(acceptor) => {
             let accepted = std::time::Instant::now();
             match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await {
@@ -306,7 +312,7 @@ async fn serve_accepted<S>(
                     let hs = &ctx.dp.handshakes;
                     hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
                     // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
-                    let fast = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                    let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
                     serve_conn(tls, info, ctx, watcher, fast).await;
                 }
                 Ok(Err(e)) => {
@@ -332,6 +338,7 @@ struct ConnCtx {
     close_idle: watch::Receiver<bool>,
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
+    fast_path: bool,
 }
 
 /// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
