@@ -129,17 +129,32 @@ impl TestApi {
     /// Starts `sluice controller` in-process against this server: as the shipped
     /// ServiceAccount on the real one, its Lease in the namespace the manifests give it rights in.
     pub async fn controller(&self, identity: &str, extra: &[&str]) -> sluice::cluster::Controlling {
+        let client = self.controller_client().await;
+        self.start_controller(client, identity, extra).await
+    }
+
+    /// The kube client the controller uses (for the real server, a token for the shipped
+    /// ServiceAccount, which needs the server to answer).
+    pub async fn controller_client(&self) -> kube::Client {
         match self {
-            TestApi::Fake(f) => {
-                crate::controller_with(crate::kube_client(f), identity, extra).await
-            }
-            TestApi::Real(r) => {
-                let client = r.client_as(CONTROLLER_NAMESPACE, CONTROLLER_ACCOUNT).await;
-                let mut args = vec!["--election-namespace", CONTROLLER_NAMESPACE];
-                args.extend_from_slice(extra);
-                crate::controller_with(client, identity, &args).await
-            }
+            TestApi::Fake(f) => crate::kube_client(f),
+            TestApi::Real(r) => r.client_as(CONTROLLER_NAMESPACE, CONTROLLER_ACCOUNT).await,
         }
+    }
+
+    /// Starts `sluice controller` with a client from [`TestApi::controller_client`].
+    pub async fn start_controller(
+        &self,
+        client: kube::Client,
+        identity: &str,
+        extra: &[&str],
+    ) -> sluice::cluster::Controlling {
+        let mut args = Vec::new();
+        if self.is_real() {
+            args.extend(["--election-namespace", CONTROLLER_NAMESPACE]);
+        }
+        args.extend_from_slice(extra);
+        crate::controller_with(client, identity, &args).await
     }
 }
 

@@ -42,6 +42,46 @@ macro_rules! on_both {
     };
 }
 
+/// Defines `$real`, running `$body` against the real server only (in its network namespace).
+macro_rules! real_only {
+    ($body:ident, $real:ident) => {
+        #[test]
+        #[cfg_attr(
+            no_real_apiserver,
+            ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+        )]
+        fn $real() {
+            if !in_private_network(stringify!($real)) {
+                return;
+            }
+            runtime().block_on(async { $body(&TestApi::real().await).await });
+        }
+    };
+}
+
+/// Polls `/readyz` like a kubelet (up to `polls` times, 50 ms apart); once it is 200, `host`
+/// must already be routed to `backend` (no 404 after ready). Returns whether it got ready.
+async fn ready_with_routes(
+    c: &sluice::cluster::Controlling,
+    host: &str,
+    backend: &str,
+    polls: usize,
+) -> bool {
+    let (admin, http) = (c.running.admin_addr, c.running.http_addr.unwrap());
+    for _ in 0..polls {
+        if get(&client(), admin, "x", "/readyz").await.unwrap().status == 200 {
+            assert_eq!(
+                backend_of(http, host).await.as_deref(),
+                Some(backend),
+                "no 404 once ready"
+            );
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -317,7 +357,7 @@ async fn not_ready_until_the_first_snapshot_and_no_404_for_existing_routes() {
     );
     fake.fail_all(true);
     let c = controller(&fake, "solo", &[]).await;
-    let (admin, http) = (c.running.admin_addr, c.running.http_addr.unwrap());
+    let admin = c.running.admin_addr;
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(
         get(&client(), admin, "x", "/readyz").await.unwrap().status,
@@ -325,21 +365,7 @@ async fn not_ready_until_the_first_snapshot_and_no_404_for_existing_routes() {
         "API server unreachable: not ready"
     );
     fake.fail_all(false);
-    // Poll readiness like a kubelet; once ready, the route must be there.
-    let mut ready_seen = false;
-    for _ in 0..300 {
-        if get(&client(), admin, "x", "/readyz").await.unwrap().status == 200 {
-            ready_seen = true;
-            assert_eq!(
-                backend_of(http, "one.test").await.as_deref(),
-                Some("a"),
-                "no 404 once ready"
-            );
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready_seen);
+    assert!(ready_with_routes(&c, "one.test", "a", 300).await);
     c.shutdown(Duration::from_secs(3)).await;
 }
 
@@ -564,164 +590,123 @@ fn apply_all(fake: &sluice_tests::fake_api::FakeApi, yaml: &str) {
 
 /// Real only: the shipped ClusterRole minus EndpointSlices. The controller must say what it was
 /// refused, stay not ready (it cannot know the backends), and serve nothing wrong meanwhile.
-#[test]
-#[cfg_attr(
-    no_real_apiserver,
-    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
-)]
-fn a_missing_permission_keeps_readiness_false_real() {
-    if !in_private_network("a_missing_permission_keeps_readiness_false_real") {
-        return;
-    }
-    runtime().block_on(async {
-        let api = TestApi::real().await;
-        let real = api.real_only().unwrap();
-        let rbac = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../manifests/base/rbac.yaml"
-        ))
+async fn missing_permission(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let rbac = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../manifests/base/rbac.yaml"
+    ))
+    .unwrap();
+    let mut role = yaml_objects(&rbac)
+        .into_iter()
+        .find(|o| o["kind"] == "ClusterRole")
         .unwrap();
-        let mut role = yaml_objects(&rbac)
-            .into_iter()
-            .find(|o| o["kind"] == "ClusterRole")
-            .unwrap();
-        let rules = role["rules"].as_array_mut().unwrap();
-        rules.retain(|r| !r["resources"].to_string().contains("endpointslices"));
-        // Server-side apply would keep the rule another manager owns: replace the role.
-        real.delete("ClusterRole", "", "sluice").await;
-        real.apply(role).await;
-        let a = backend_at("a", api.backend_addr()).await;
-        base(&api, "web", &[a.addr]).await;
-        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
-            .await;
-        let c = api.controller("solo", &[]).await;
-        let admin = c.running.admin_addr;
-        assert!(
-            eventually(Duration::from_secs(10), || async {
-                real.requests().iter().any(|r| {
-                    r.user == controller_user()
-                        && r.code == 403
-                        && r.request.path.contains("endpointslices")
-                })
+    let rules = role["rules"].as_array_mut().unwrap();
+    rules.retain(|r| !r["resources"].to_string().contains("endpointslices"));
+    // Server-side apply would keep the rule another manager owns: replace the role.
+    real.delete("ClusterRole", "", "sluice").await;
+    real.apply(role).await;
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+        .await;
+    let c = api.controller("solo", &[]).await;
+    let admin = c.running.admin_addr;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            real.requests().iter().any(|r| {
+                r.user == controller_user()
+                    && r.code == 403
+                    && r.request.path.contains("endpointslices")
             })
-            .await,
-            "the controller asked for EndpointSlices and was refused"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(
-            get(&client(), admin, "x", "/readyz").await.unwrap().status,
-            503,
-            "not ready without EndpointSlices"
-        );
-        c.shutdown(Duration::from_secs(3)).await;
-    });
+        })
+        .await,
+        "the controller asked for EndpointSlices and was refused"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        get(&client(), admin, "x", "/readyz").await.unwrap().status,
+        503,
+        "not ready without EndpointSlices"
+    );
+    c.shutdown(Duration::from_secs(3)).await;
 }
+
+real_only!(
+    missing_permission,
+    a_missing_permission_keeps_readiness_false_real
+);
 
 /// Real only: the API server hangs (SIGSTOP) from before the controller starts. The controller
 /// is not ready while it cannot list, and once ready it routes what exists (no 404).
-#[test]
-#[cfg_attr(
-    no_real_apiserver,
-    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
-)]
-fn not_ready_while_the_api_server_hangs_and_no_404_once_ready_real() {
-    if !in_private_network("not_ready_while_the_api_server_hangs_and_no_404_once_ready_real") {
-        return;
-    }
-    runtime().block_on(async {
-        let api = TestApi::real().await;
-        let real = api.real_only().unwrap();
-        let a = backend_at("a", api.backend_addr()).await;
-        base(&api, "web", &[a.addr]).await;
-        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
-            .await;
-        let kube = real
-            .client_as(
-                sluice_tests::apis::CONTROLLER_NAMESPACE,
-                sluice_tests::apis::CONTROLLER_ACCOUNT,
-            )
-            .await;
-        real.pause();
-        let c = controller_with(
-            kube,
-            "solo",
-            &[
-                "--election-namespace",
-                sluice_tests::apis::CONTROLLER_NAMESPACE,
-            ],
-        )
+async fn hang_before_start(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
         .await;
-        let (admin, http) = (c.running.admin_addr, c.running.http_addr.unwrap());
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        assert_eq!(
-            get(&client(), admin, "x", "/readyz").await.unwrap().status,
-            503,
-            "API server hanging: not ready"
-        );
-        real.resume();
-        let mut ready_seen = false;
-        for _ in 0..400 {
-            if get(&client(), admin, "x", "/readyz").await.unwrap().status == 200 {
-                ready_seen = true;
-                assert_eq!(
-                    backend_of(http, "one.test").await.as_deref(),
-                    Some("a"),
-                    "no 404 once ready"
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(ready_seen);
-        c.shutdown(Duration::from_secs(3)).await;
-        assert_no_denials(&api);
-    });
+    // The token comes from the server, so before it hangs.
+    let kube = api.controller_client().await;
+    real.pause();
+    let c = api.start_controller(kube, "solo", &[]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        get(&client(), c.running.admin_addr, "x", "/readyz")
+            .await
+            .unwrap()
+            .status,
+        503,
+        "API server hanging: not ready"
+    );
+    real.resume();
+    assert!(ready_with_routes(&c, "one.test", "a", 400).await);
+    c.shutdown(Duration::from_secs(3)).await;
+    assert_no_denials(api);
 }
+
+real_only!(
+    hang_before_start,
+    not_ready_while_the_api_server_hangs_and_no_404_once_ready_real
+);
 
 /// Real only: the API server hangs for a while under a running controller. The data plane keeps
 /// serving what it has; when the server answers again, the controller follows new changes.
-#[test]
-#[cfg_attr(
-    no_real_apiserver,
-    ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
-)]
-fn serves_through_an_api_server_hang_and_follows_changes_after_real() {
-    if !in_private_network("serves_through_an_api_server_hang_and_follows_changes_after_real") {
-        return;
-    }
-    runtime().block_on(async {
-        let api = TestApi::real().await;
-        let real = api.real_only().unwrap();
-        let a = backend_at("a", api.backend_addr()).await;
-        let b = backend_at("b", api.backend_addr()).await;
-        base(&api, "web", &[a.addr]).await;
-        api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
-            .await;
-        let c = api.controller("solo", &[]).await;
-        assert!(ready(&c).await);
-        let http = c.running.http_addr.unwrap();
-        assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
-        real.pause();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        for _ in 0..20 {
-            assert_eq!(
-                backend_of(http, "one.test").await.as_deref(),
-                Some("a"),
-                "serving from what it has while the API server hangs"
-            );
-        }
-        real.resume();
-        api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
-        api.apply_yaml(&ingress("two", "two.test", &[("/", "Prefix", "web")]))
-            .await;
-        assert!(
-            eventually(Duration::from_secs(20), || async {
-                backend_of(http, "two.test").await.as_deref() == Some("b")
-            })
-            .await,
-            "follows changes once the API server answers again"
+async fn hang_while_running(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let a = backend_at("a", api.backend_addr()).await;
+    let b = backend_at("b", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("one", "one.test", &[("/", "Prefix", "web")]))
+        .await;
+    let c = api.controller("solo", &[]).await;
+    assert!(ready(&c).await);
+    let http = c.running.http_addr.unwrap();
+    assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+    real.pause();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..20 {
+        assert_eq!(
+            backend_of(http, "one.test").await.as_deref(),
+            Some("a"),
+            "serving from what it has while the API server hangs"
         );
-        c.shutdown(Duration::from_secs(3)).await;
-        assert_no_denials(&api);
-    });
+    }
+    real.resume();
+    api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
+    api.apply_yaml(&ingress("two", "two.test", &[("/", "Prefix", "web")]))
+        .await;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            backend_of(http, "two.test").await.as_deref() == Some("b")
+        })
+        .await,
+        "follows changes once the API server answers again"
+    );
+    c.shutdown(Duration::from_secs(3)).await;
+    assert_no_denials(api);
 }
+
+real_only!(
+    hang_while_running,
+    serves_through_an_api_server_hang_and_follows_changes_after_real
+);
