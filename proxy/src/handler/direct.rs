@@ -24,8 +24,9 @@ use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 
 use crate::handler::ConnInfo;
 use crate::handler::general::{finish, handle_in};
-use crate::handler::local::{error_response, local, timed_out, unasked_switch};
+use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
 use crate::handler::respond::{BodyFraming, HeadWriter};
+use crate::handler::rules::ResponseRules;
 use crate::state::dataplane::DataPlane;
 use crate::state::routes::{Action, Target};
 use crate::telemetry::access::{self, RouteSeen, UpstreamSeen};
@@ -35,9 +36,10 @@ use crate::upstream::cluster::Cluster;
 use crate::upstream::h1::H1Body;
 use crate::upstream::retry::{self, H1Answer, Plan};
 use crate::wire::decode::{RawHead, Span, fields, header_map, value_lists};
+use crate::wire::encode::empty_body_says_length;
 use crate::wire::field::put_field;
 use crate::wire::field::{self, Field, Run};
-use crate::wire::forwarded::ProxyHeaders;
+use crate::wire::forwarded::{ClientFields, ProxyHeaders};
 use crate::wire::hop;
 use crate::wire::{ReqFraming, framing_of};
 
@@ -69,8 +71,8 @@ impl FastReq {
     }
 
     /// The request for the general handler.
-    fn into_request(self, spans: &[Span]) -> Result<Request<Option<Incoming>>, StatusCode> {
-        let mut headers = header_map(&self.head, spans, 1).ok_or(StatusCode::BAD_REQUEST)?;
+    fn into_request(self, spans: &[Span]) -> Result<Request<Option<Incoming>>, ()> {
+        let mut headers = header_map(&self.head, spans, 1).ok_or(())?;
         if let Some(id) = self.request_id
             && let Ok(v) = HeaderValue::from_bytes(&id)
         {
@@ -99,8 +101,8 @@ pub(crate) struct Direct {
     body: H1Body,
     /// A `Content-Length` a transfer coding overrides, not to be copied.
     drop_length: bool,
-    /// `Strict-Transport-Security` to set (TLS client, route asks for it).
-    hsts: Option<HeaderValue>,
+    /// `Server`, and `Strict-Transport-Security` when the route sets it on TLS.
+    rules: ResponseRules,
     /// Route and upstream, when access logging.
     logged: Option<Box<(RouteSeen, UpstreamSeen)>>,
 }
@@ -175,13 +177,8 @@ pub(crate) async fn dispatch(
         // Boxed: the general handler's future is several times the size of the direct
         // path's, and every fast-path request's future would otherwise carry (and move) it.
         Ok(r) => Answer::General(Box::pin(handle_in(&table, dp, conn, r, started)).await),
-        Err(status) => {
-            // As for any malformed head: answered, then the connection ends.
-            let mut r = local(status, "400 Bad Request: invalid header field\n");
-            r.headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            Answer::General(r)
-        }
+        // As for any malformed head: answered, then the connection ends.
+        Err(()) => Answer::General(Local::InvalidField.response()),
     }
 }
 
@@ -198,20 +195,14 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     out.put_slice(target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
     let whole_lines = field::lines_contiguous(head, spans);
-    let (mut host, mut prior_for, mut has_id, mut had_length) = (None, false, false, false);
-    let mut real_ip = None;
+    let mut seen = ClientFields::default();
+    let mut had_length = false;
     let mut run = Run::default();
     for (i, (name, value)) in fields(head, spans).enumerate() {
         let kind = Field::of(name);
-        match kind {
-            Field::Host if host.is_none() => host = Some(value),
-            Field::XRequestId => has_id = true,
-            Field::XForwardedFor => prior_for = true,
-            Field::ContentLength => had_length = true,
-            Field::XRealIp if real_ip.is_none() => real_ip = Some(value),
-            _ => {}
-        }
-        if kind.is_hop(value) || kind == Field::ContentLength || !fwd.keeps(kind, name) {
+        seen.note(kind, value);
+        had_length |= kind == Field::ContentLength;
+        if hop::is_hop(kind, value) || kind == Field::ContentLength || !fwd.keeps(kind, name) {
             continue;
         }
         if whole_lines {
@@ -221,11 +212,8 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
         }
     }
     run.flush(head, &mut out);
-    let prior = fields(head, spans)
-        .filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor)
-        .map(|(_, v)| v);
-    fwd.write_own(&mut out, host, prior, has_id, real_ip);
-    if had_length || matches!(req.method, Method::POST | Method::PUT | Method::PATCH) {
+    fwd.write_own(&mut out, &seen, fields(head, spans));
+    if empty_body_says_length(&req.method, had_length) {
         put_field(&mut out, b"content-length", b"0");
     }
     out.put_slice(b"\r\n");
@@ -331,7 +319,7 @@ async fn forward(
         body: H1Body::new(upconn, f.framing, f.keep_alive, in_flight, upload),
         head,
         drop_length: f.drop_length,
-        hsts: if conn.tls { action.hsts.clone() } else { None },
+        rules: ResponseRules::copied(ResponseRules::hsts(conn, action)),
         logged,
     })
 }
@@ -361,7 +349,7 @@ impl Direct {
             head,
             body,
             drop_length,
-            hsts,
+            rules,
             logged: _,
         } = self;
         let bytes = &head.bytes[..];
@@ -374,10 +362,9 @@ impl Direct {
                     .any(|(n, v)| Field::of(n) == Field::Connection && value_lists(v, name))
         };
         let dropped = |kind: Field, value: &[u8]| {
-            kind.is_hop(value)
-                || kind == Field::Server
+            hop::is_hop(kind, value)
+                || rules.replaces(kind)
                 || (drop_length && kind == Field::ContentLength)
-                || (hsts.is_some() && kind == Field::StrictTransportSecurity)
         };
         let mut w = HeadWriter::new(out, head.status);
         // Whole lines, adjacent ones in one copy, when every line ends in CRLF; else field by
@@ -401,10 +388,7 @@ impl Direct {
             }
         }
         run.flush(bytes, w.out());
-        w.field(b"server", b"sluice");
-        if let Some(h) = &hsts {
-            w.field(b"strict-transport-security", h.as_bytes());
-        }
+        rules.write(&mut w);
         let framing = w.finish(
             head_request,
             http_body::Body::size_hint(&body).exact(),

@@ -13,9 +13,8 @@ use sluice_config::{BalancePolicy, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
 use crate::handler::ConnInfo;
-use crate::handler::local::{
-    SERVER, error_response, failed, local, redirect, timed_out, unasked_switch,
-};
+use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
+use crate::handler::rules::ResponseRules;
 use crate::io::activity::{Activity, Watched};
 use crate::state::dataplane::DataPlane;
 use crate::state::routes::{Action, RouteTable, Target};
@@ -25,17 +24,13 @@ use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::retry::{self, Plan};
 use crate::wire::decode::lists;
 use crate::wire::hop;
+use crate::wire::length;
 
 /// Routes and forwards the normalised path (see [`sluice_config::request_path`]): a request
 /// whose path changes gets the normalised one in its URI (query kept); one whose path climbs
 /// above the root, or is not a path, is answered 400 and its connection closed.
-fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Box<Response<RespBody>>> {
-    let bad = || {
-        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        Box::new(r)
-    };
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Local<'static>> {
+    let bad = || Local::InvalidPath;
     let uri = req.uri();
     // `*` (OPTIONS) and authority-form have no path to route; CONNECT was refused already.
     if uri.path() == "*" {
@@ -83,17 +78,9 @@ fn upgrade_allowed(value: &[u8], allowed: &[String]) -> bool {
 /// would turn the upstream connection into a tunnel), and HTTP/1 requests whose target host is
 /// ambiguous — several `Host` fields, or none in HTTP/1.1 (RFC 9112 §3.2 requires a 400), since
 /// routing and the upstream could otherwise disagree on the host.
-fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
+fn refuse_early<B>(req: &Request<B>) -> Option<Local<'static>> {
     if req.method() == http::Method::CONNECT {
-        let mut r = local(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "405 Method Not Allowed: CONNECT is not served\n",
-        );
-        r.headers_mut().insert(
-            header::ALLOW,
-            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
-        );
-        return Some(r);
+        return Some(Local::Connect);
     }
     if req.version() <= Version::HTTP_11 {
         let mut hosts = req.headers().get_all(header::HOST).iter();
@@ -101,13 +88,7 @@ fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
         let missing =
             first.is_none() && req.version() == Version::HTTP_11 && req.uri().authority().is_none();
         if hosts.next().is_some() || missing {
-            let mut r = local(
-                StatusCode::BAD_REQUEST,
-                "400 Bad Request: exactly one Host header is required\n",
-            );
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return Some(r);
+            return Some(Local::HostCount);
         }
     } else {
         // HTTP/2: routed on `:authority`; a `host` field must agree with it, and there may be
@@ -119,10 +100,7 @@ fn refuse_early<B>(req: &Request<B>) -> Option<Response<RespBody>> {
             _ => false,
         };
         if hosts.next().is_some() || disagrees {
-            return Some(local(
-                StatusCode::BAD_REQUEST,
-                "400 Bad Request: host and :authority disagree\n",
-            ));
+            return Some(Local::AuthorityDisagrees);
         }
     }
     None
@@ -165,10 +143,10 @@ pub(crate) async fn handle_in(
     started: Instant,
 ) -> Response<RespBody> {
     if let Some(refusal) = refuse_early(&req) {
-        return refusal;
+        return respond_local(dp, refusal, req.version());
     }
     if let Err(refusal) = normalize_path(&mut req) {
-        return *refusal;
+        return respond_local(dp, refusal, req.version());
     }
     let raw_host = req
         .uri()
@@ -181,31 +159,27 @@ pub(crate) async fn handle_in(
         })
         .unwrap_or("");
     if !raw_host.is_empty() && !valid_request_host(raw_host) {
-        let mut r = local(StatusCode::BAD_REQUEST, "400 Bad Request\n");
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return r;
+        return respond_local(dp, Local::InvalidHost, req.version());
     }
     let mut buf = HostBuf::default();
     let host = normalize_request_host(raw_host, &mut buf);
     let Some(action) = table.lookup(host, req.uri().path()) else {
-        let mut r = local(
-            StatusCode::NOT_FOUND,
-            "404 Not Found: no route for this host and path\n",
-        );
-        if dp.is_draining() && req.version() <= Version::HTTP_11 {
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        return r;
+        return respond_local(dp, Local::NoRoute, req.version());
     };
     let http1 = req.version() <= Version::HTTP_11;
     let resp = route(dp, conn, action, req).await;
     finish(dp, conn, action, resp, http1, started)
 }
 
-/// What every routed response gets: `Connection: close` while draining (HTTP/1), HSTS on
-/// TLS, and the route's request metrics.
+/// A local answer before any route was chosen, with the response rules every answer gets.
+fn respond_local(dp: &DataPlane, local: Local<'_>, version: Version) -> Response<RespBody> {
+    let mut r = local.response();
+    ResponseRules::unrouted(dp, version <= Version::HTTP_11).apply(r.headers_mut());
+    r
+}
+
+/// What every routed response gets: the response rules ([`ResponseRules`]: `Server`, HSTS on
+/// TLS, `Connection: close` while draining) and the route's request metrics.
 pub(crate) fn finish(
     dp: &DataPlane,
     conn: &ConnInfo,
@@ -214,18 +188,7 @@ pub(crate) fn finish(
     http1: bool,
     started: Instant,
 ) -> Response<RespBody> {
-    if http1 && dp.is_draining() {
-        // Shutting down: tell keep-alive clients, on a response, that this connection ends, so
-        // none of them races a new request against the close.
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    if conn.tls
-        && let Some(h) = &action.hsts
-    {
-        resp.headers_mut()
-            .insert(header::STRICT_TRANSPORT_SECURITY, h.clone());
-    }
+    ResponseRules::routed(dp, conn, action, http1).apply(resp.headers_mut());
     action
         .stats
         .record(resp.status().as_u16(), started.elapsed());
@@ -253,29 +216,29 @@ async fn route(
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        return redirect(&host, req.uri(), dp.https_port());
+        return Local::HttpsRedirect {
+            host: &host,
+            uri: req.uri(),
+            port: dp.https_port(),
+        }
+        .response();
     }
     let cluster = match &action.target {
         Target::Unavailable(why) => {
-            return failed(StatusCode::SERVICE_UNAVAILABLE, "-", &why);
+            return Local::Failed {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                pool: "-",
+                why,
+            }
+            .response();
         }
         Target::Cluster(c) => c,
     };
     let s = &dp.settings;
-    if let Some(len) = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
+    if let Some(len) = length::of_map(req.headers())
         && len > s.max_body_size
     {
-        return local(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "413 Payload Too Large: the limit is {} bytes\n",
-                s.max_body_size
-            ),
-        );
+        return Local::BodyTooLarge(s.max_body_size).response();
     }
     let (mut parts, body) = req.into_parts();
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
@@ -365,11 +328,9 @@ async fn route(
         };
         let guard = conn.slot.as_ref().map(crate::handler::Slot::tunnel);
         tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout, guard));
-        rparts.headers.insert(header::SERVER, SERVER.clone());
         return Response::from_parts(rparts, RespBody::empty());
     }
     hop::strip(&mut rparts.headers, false);
-    rparts.headers.insert(header::SERVER, SERVER.clone());
     rparts.version = Version::HTTP_11;
     Response::from_parts(rparts, rbody)
 }

@@ -10,6 +10,7 @@ pub(crate) mod direct;
 pub mod general;
 pub(crate) mod local;
 pub(crate) mod respond;
+pub(crate) mod rules;
 
 pub use conn::{ConnInfo, Slot, TunnelGuard};
 pub use general::handle;

@@ -18,6 +18,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::upstream::body::RespBody;
 use crate::wire::field::put_field;
+use crate::wire::length;
 
 /// Body bytes gathered behind the response head before a write.
 const COALESCE: usize = 64 * 1024;
@@ -104,8 +105,7 @@ impl<'a> HeadWriter<'a> {
     }
 
     /// Copies one end-to-end field. A `Content-Length` is copied once, and only when valid
-    /// (an agreeing list like `3, 3`, which the upstream client accepts, is written as one
-    /// value's field); `Transfer-Encoding` is never copied (the framing is ours).
+    /// by [`crate::wire::length`] (an agreeing list like `3, 3` is written as one value's field); `Transfer-Encoding` is never copied (the framing is ours).
     pub(crate) fn field(&mut self, name: &[u8], value: &[u8]) {
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
             return;
@@ -114,11 +114,7 @@ impl<'a> HeadWriter<'a> {
             if self.declared.is_some() {
                 return;
             }
-            self.declared = value
-                .split(|&b| b == b',')
-                .next()
-                .and_then(|v| std::str::from_utf8(v.trim_ascii()).ok())
-                .and_then(|v| v.parse().ok());
+            self.declared = length::one(value).ok();
             match self.declared {
                 Some(n) => put_field(
                     self.out,

@@ -25,18 +25,22 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header;
-use http::{Method, StatusCode, Uri};
+use http::{Method, Response, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::handler::ConnInfo;
 use crate::handler::direct::{self, Answer, FastReq};
+use crate::handler::local::Local;
 use crate::handler::respond::{respond, send_body};
+use crate::handler::rules::ResponseRules;
 use crate::state::dataplane::DataPlane;
 use crate::telemetry::access;
+use crate::upstream::body::RespBody;
 use crate::wire::decode::{Span, fields, lists};
 use crate::wire::field::Field;
+use crate::wire::length;
 
 /// Most header fields in a request head (as hyper's default).
 const MAX_HEADERS: usize = 100;
@@ -96,7 +100,7 @@ pub(crate) fn parse(
     buf: &mut BytesMut,
     spans: &mut Vec<Span>,
     max: usize,
-) -> Result<Parsed, StatusCode> {
+) -> Result<Parsed, Local<'static>> {
     if buf.starts_with(H2_PREFACE) || H2_PREFACE.starts_with(buf) {
         return Ok(if buf.len() >= H2_PREFACE.len() {
             Parsed::Other
@@ -111,18 +115,18 @@ pub(crate) fn parse(
     {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > max => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+            return Err(Local::HeadTooLarge);
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+            return Err(Local::HeadTooLarge);
         }
         // HTTP/0.9 and HTTP/2-looking lines and the like: let hyper give its answer.
         Err(httparse::Error::Version) => return Ok(Parsed::Other),
-        Err(_) => return Err(StatusCode::BAD_REQUEST),
+        Err(_) => return Err(Local::MalformedHead),
     };
     if n > max {
-        return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        return Err(Local::HeadTooLarge);
     }
     let (Some(method), Some(path), Some(1)) = (req.method, req.path, req.version) else {
         return Ok(Parsed::Other);
@@ -140,7 +144,7 @@ pub(crate) fn parse(
     for h in req.headers.iter() {
         let name = h.name;
         match Field::of(name.as_bytes()) {
-            Field::ContentLength if h.value.trim_ascii() != b"0" => return Ok(Parsed::Other),
+            Field::ContentLength if length::one(h.value) != Ok(0) => return Ok(Parsed::Other),
             Field::TransferEncoding | Field::Upgrade | Field::Expect => return Ok(Parsed::Other),
             Field::Host => {
                 hosts += 1;
@@ -168,7 +172,7 @@ pub(crate) fn parse(
     let path_end = path_start + path.len();
     let head = buf.split_to(n).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path_start..path_end))
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
+        .map_err(|_| Local::MalformedHead)?;
     Ok(Parsed::Fast(FastReq {
         head,
         method,
@@ -193,14 +197,10 @@ fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
     access::Seen::raw(&req.method, &req.uri, host, client_id, req.request_id)
 }
 
-/// A short local answer that ends the connection (bad request, head too large).
-async fn refuse<I: AsyncWrite + Unpin>(io: &mut I, status: StatusCode) {
-    let reason = status.canonical_reason().unwrap_or("");
-    let msg = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-length: 0\r\nconnection: close\r\nserver: sluice\r\n\r\n",
-        status.as_str()
-    );
-    let _ = io.write_all(msg.as_bytes()).await;
+/// A local answer that ends the connection (bad request, head too large), from the one
+/// table ([`Local`]).
+async fn refuse<I: AsyncWrite + Unpin>(io: &mut I, out: &mut BytesMut, resp: Response<RespBody>) {
+    let _ = respond(io, out, resp, false, true).await;
     let _ = io.shutdown().await;
 }
 
@@ -245,8 +245,8 @@ where
                 match parse(&mut rbuf, &mut spans, fp.max_header_size) {
                     Ok(Parsed::Partial) => {}
                     Ok(p) => break p,
-                    Err(status) => {
-                        refuse(&mut io, status).await;
+                    Err(local) => {
+                        refuse(&mut io, &mut out, local.response()).await;
                         return Outcome::Closed;
                     }
                 }
@@ -313,7 +313,7 @@ where
         let mut answered = None;
         let written = match answer {
             Answer::Direct(d) => {
-                let close = !keep_alive || fp.dp.is_draining();
+                let close = !keep_alive || ResponseRules::draining(&fp.dp, true);
                 if logging.is_some() {
                     answered = Some(d.answered());
                 }
@@ -360,7 +360,7 @@ where
 mod tests {
     use super::*;
 
-    fn p(raw: &str) -> Result<Parsed, StatusCode> {
+    fn p(raw: &str) -> Result<Parsed, Local<'static>> {
         parse(&mut BytesMut::from(raw), &mut Vec::new(), 8192)
     }
 
@@ -412,13 +412,15 @@ mod tests {
     #[test]
     fn bad_and_oversized_heads_are_refused() {
         assert_eq!(
-            p("GET / HTTP/1.1\r\nBad Header\r\n\r\n").err(),
-            Some(StatusCode::BAD_REQUEST)
+            p("GET / HTTP/1.1\r\nBad Header\r\n\r\n")
+                .err()
+                .map(|l| l.status()),
+            Some(http::StatusCode::BAD_REQUEST)
         );
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(9000));
         assert_eq!(
-            p(&big).err(),
-            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+            p(&big).err().map(|l| l.status()),
+            Some(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         assert!(matches!(
             p("GET / HTTP/1.1\r\nHost: x\r\n"),

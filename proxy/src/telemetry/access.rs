@@ -164,11 +164,7 @@ impl Answered {
     pub fn of<B>(resp: &Response<B>) -> Self {
         Self {
             status: resp.status().as_u16(),
-            bytes: resp
-                .headers()
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok()),
+            bytes: crate::wire::length::of_map(resp.headers()),
             route: resp.extensions().get::<RouteSeen>().cloned(),
             upstream: resp.extensions().get::<UpstreamSeen>().copied(),
         }

@@ -8,6 +8,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
 use crate::error::{Error, Kind};
+use crate::wire::length::{self, LengthError};
 
 /// Largest upstream response head (and chunked trailer section) accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -196,8 +197,8 @@ pub fn framing_of<'a>(
 ) -> Result<ResponseFraming, Error> {
     let (mut close, mut keep_alive_token) = (false, false);
     let (mut coded, mut last_is_chunked) = (false, false);
-    let (mut length, mut length_error, mut nonzero_length): (Option<u64>, _, _) =
-        (None, None, false);
+    let mut length: Result<Option<u64>, LengthError> = Ok(None);
+    let mut nonzero_length = false;
     for (name, value) in fields {
         if name.eq_ignore_ascii_case(b"connection") {
             close |= value_lists(value, b"close");
@@ -213,19 +214,7 @@ pub fn framing_of<'a>(
             }
         } else if name.eq_ignore_ascii_case(b"content-length") {
             nonzero_length |= value.trim_ascii() != b"0";
-            for part in value.split(|&b| b == b',') {
-                let n = std::str::from_utf8(part.trim_ascii())
-                    .ok()
-                    .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|p| p.parse::<u64>().ok());
-                match n {
-                    None => length_error = Some("invalid Content-Length"),
-                    Some(n) if length.is_some_and(|l| l != n) => {
-                        length_error = Some("conflicting Content-Length values");
-                    }
-                    Some(n) => length = Some(n),
-                }
-            }
+            length = length::add(length, value);
         }
     }
     let mut keep_alive = match version {
@@ -254,7 +243,7 @@ pub fn framing_of<'a>(
     if coded {
         // Both: the coding wins, and a sender that confused would confuse the next response
         // on this connection too (RFC 9112 §6.3, item 3).
-        let had_length = length.is_some() || length_error.is_some();
+        let had_length = !matches!(length, Ok(None));
         keep_alive &= !had_length;
         let mut f = if last_is_chunked {
             framed(Framing::Chunked(ChunkState::Size), keep_alive)
@@ -264,9 +253,7 @@ pub fn framing_of<'a>(
         f.drop_length = had_length;
         return Ok(f);
     }
-    if let Some(e) = length_error {
-        return Err(Error::malformed(e));
-    }
+    let length = length.map_err(|e| Error::malformed(e.what()))?;
     Ok(match length {
         Some(0) => framed(Framing::Empty, keep_alive),
         Some(n) => framed(Framing::Length(n), keep_alive),

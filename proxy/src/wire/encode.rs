@@ -18,6 +18,13 @@ pub enum ReqFraming {
     Chunked,
 }
 
+/// Whether a forwarded request without a body says `Content-Length: 0`: when the client said
+/// so, or the method usually has a body (some servers answer 411 to a `POST` without one).
+/// Both request paths ask here.
+pub(crate) fn empty_body_says_length(method: &Method, had_length: bool) -> bool {
+    had_length || matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+}
+
 /// Chooses the framing from what the client's body decoder knows, not from the client's
 /// headers: a `Content-Length` that disagrees with how the client framed its body (smuggling)
 /// never reaches the upstream. Sets `Content-Length` to match.
@@ -28,7 +35,7 @@ pub fn request_framing(
 ) -> ReqFraming {
     if body.is_end_stream() {
         let had_length = headers.remove(header::CONTENT_LENGTH).is_some();
-        if had_length || matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+        if empty_body_says_length(method, had_length) {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         }
         return ReqFraming::Empty;

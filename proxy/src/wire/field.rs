@@ -92,24 +92,6 @@ impl Field {
         }
     }
 
-    /// Whether a field of this kind with this value is hop-by-hop (RFC 9110 §7.6.1), as
-    /// [`crate::wire::hop::strip`] decides for header maps. `Expect` counts: our server answers
-    /// `100-continue` itself. Fields a `Connection` header names are the caller's to check.
-    pub(crate) fn is_hop(self, value: &[u8]) -> bool {
-        match self {
-            Field::Te => value != b"trailers",
-            Field::Connection
-            | Field::Upgrade
-            | Field::KeepAlive
-            | Field::ProxyConnection
-            | Field::ProxyAuthorization
-            | Field::Trailer
-            | Field::TransferEncoding
-            | Field::Expect => true,
-            _ => false,
-        }
-    }
-
     /// Whether the proxy writes this field itself in a forwarded request (the client's are not
     /// copied; `X-Forwarded-For` values are carried over into ours).
     pub(crate) fn is_replaced(self) -> bool {
@@ -204,8 +186,6 @@ mod tests {
         ] {
             assert_eq!(Field::of(name.as_bytes()), kind, "{name}");
         }
-        assert!(Field::Te.is_hop(b"gzip") && !Field::Te.is_hop(b"trailers"));
-        assert!(Field::Expect.is_hop(b"100-continue") && !Field::Host.is_hop(b"x"));
         assert!(Field::XForwardedFor.is_replaced() && !Field::XRequestId.is_replaced());
     }
 

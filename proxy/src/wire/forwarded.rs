@@ -50,6 +50,33 @@ pub fn new_request_id() -> [u8; 32] {
     out
 }
 
+/// What the proxy headers need from the client's fields, noted while they are copied (one
+/// scan, the same for the raw-head and the header-map renderings).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ClientFields<'a> {
+    /// The first `Host` value.
+    pub host: Option<&'a [u8]>,
+    /// The client sent `X-Forwarded-For`.
+    pub prior_for: bool,
+    /// The client sent `X-Request-ID`.
+    pub has_id: bool,
+    /// The first `X-Real-IP` value.
+    pub real_ip: Option<&'a [u8]>,
+}
+
+impl<'a> ClientFields<'a> {
+    /// Notes one client field.
+    pub(crate) fn note(&mut self, kind: Field, value: &'a [u8]) {
+        match kind {
+            Field::Host if self.host.is_none() => self.host = Some(value),
+            Field::XForwardedFor => self.prior_for = true,
+            Field::XRequestId => self.has_id = true,
+            Field::XRealIp if self.real_ip.is_none() => self.real_ip = Some(value),
+            _ => {}
+        }
+    }
+}
+
 impl ProxyHeaders<'_> {
     fn proto(&self) -> &'static str {
         if self.tls { "https" } else { "http" }
@@ -73,41 +100,38 @@ impl ProxyHeaders<'_> {
     where
         I: Iterator<Item = (&'a [u8], &'a [u8])>,
     {
-        let mut host = None;
-        let mut prior_for = false;
-        let mut has_id = false;
-        let mut real_ip = None;
+        let mut seen = ClientFields::default();
         for (name, value) in fields() {
             let kind = Field::of(name);
-            match kind {
-                Field::XForwardedFor => prior_for = true,
-                Field::Host => host = Some(value),
-                Field::XRequestId => has_id = true,
-                Field::XRealIp if real_ip.is_none() => real_ip = Some(value),
-                _ => {}
-            }
+            seen.note(kind, value);
             if self.keeps(kind, name) {
                 put_field(out, name, value);
             }
         }
-        let prior = fields().filter(|&(n, _)| prior_for && Field::of(n) == Field::XForwardedFor);
-        self.write_own(out, host, prior.map(|(_, v)| v), has_id, real_ip);
+        self.write_own(out, &seen, fields());
     }
 
-    /// Writes our fields: `X-Forwarded-For` (from a trusted proxy, the `prior` values it sent
-    /// first; then the client's IP), `X-Real-IP` (a trusted proxy's `real_ip`, else the
-    /// client's IP), `-Proto`, `-Host` (the client's `Host`, if it sent one), `-Port`, and a
-    /// fresh `X-Request-ID` unless the client `has_id`.
+    /// Writes our fields: `X-Forwarded-For` (from a trusted proxy, the values it sent first —
+    /// read again from `fields`, only when `seen` says there are some; then the client's IP),
+    /// `X-Real-IP` (a trusted proxy's, else the client's IP), `-Proto`, `-Host` (the client's
+    /// `Host`, if it sent one), `-Port`, and a fresh `X-Request-ID` unless the client sent one.
     pub(crate) fn write_own<'a>(
         &self,
         out: &mut BytesMut,
-        host: Option<&[u8]>,
-        prior: impl Iterator<Item = &'a [u8]>,
-        has_id: bool,
-        real_ip: Option<&[u8]>,
+        seen: &ClientFields<'_>,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     ) {
+        let ClientFields {
+            host,
+            prior_for,
+            has_id,
+            real_ip,
+        } = *seen;
         out.put_slice(b"x-forwarded-for: ");
-        if self.trusted {
+        if self.trusted && prior_for {
+            let prior = fields
+                .filter(|&(n, _)| Field::of(n) == Field::XForwardedFor)
+                .map(|(_, v)| v);
             for v in prior {
                 out.put_slice(v);
                 out.put_slice(b", ");

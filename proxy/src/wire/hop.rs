@@ -7,36 +7,52 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+use crate::wire::field::Field;
+
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// The fields removed from every message, each with its bit in a presence mask. `Expect` is
-/// here too: our server answers `100-continue` itself, and the upstream gets the body without
-/// waiting for a 100 of its own.
-static ALWAYS: [&HeaderName; 6] = [
-    &KEEP_ALIVE,
-    &PROXY_CONNECTION,
-    &header::PROXY_AUTHORIZATION,
-    &header::TRAILER,
-    &header::TRANSFER_ENCODING,
-    &header::EXPECT,
+/// The hop-by-hop fields: the one list both renderings use (raw heads through [`is_hop`],
+/// header maps through [`strip`]). `Expect` is here too: our server answers `100-continue`
+/// itself, and the upstream gets the body without waiting for a 100 of its own. The first
+/// three have rules of their own (named fields, upgrades, `TE: trailers`); the rest always go.
+static HOP: [(Field, &HeaderName); 9] = [
+    (Field::Connection, &header::CONNECTION),
+    (Field::Upgrade, &header::UPGRADE),
+    (Field::Te, &header::TE),
+    (Field::KeepAlive, &KEEP_ALIVE),
+    (Field::ProxyConnection, &PROXY_CONNECTION),
+    (Field::ProxyAuthorization, &header::PROXY_AUTHORIZATION),
+    (Field::Trailer, &header::TRAILER),
+    (Field::TransferEncoding, &header::TRANSFER_ENCODING),
+    (Field::Expect, &header::EXPECT),
 ];
-const CONNECTION: u16 = 1 << 6;
-const UPGRADE: u16 = 1 << 7;
-const TE: u16 = 1 << 8;
+const CONNECTION: u16 = 1 << 0;
+const UPGRADE: u16 = 1 << 1;
+const TE: u16 = 1 << 2;
+/// The entries of [`HOP`] removed from every message.
+const ALWAYS: std::ops::Range<usize> = 3..9;
 
-/// The presence bit of `name`, or 0 for an end-to-end field.
+/// Whether a field of this kind with this value is hop-by-hop (RFC 9110 §7.6.1): in [`HOP`],
+/// except `TE: trailers`, which gRPC needs to reach HTTP/2 upstreams. Fields a `Connection`
+/// header names are the caller's to check ([`names_other_fields`]).
+pub(crate) fn is_hop(kind: Field, value: &[u8]) -> bool {
+    match kind {
+        Field::Te => value != b"trailers",
+        Field::Other => false,
+        k => HOP.iter().any(|(f, _)| *f == k),
+    }
+}
+
+/// The presence bit of `name` (its index in [`HOP`]), or 0 for an end-to-end field.
 fn bit(name: &HeaderName) -> u16 {
-    if *name == header::CONNECTION {
-        return CONNECTION;
+    let kind = Field::of(name.as_str().as_bytes());
+    if kind == Field::Other {
+        return 0;
     }
-    if *name == header::UPGRADE {
-        return UPGRADE;
-    }
-    if *name == header::TE {
-        return TE;
-    }
-    ALWAYS.iter().position(|n| *n == name).map_or(0, |i| 1 << i)
+    HOP.iter()
+        .position(|(f, _)| *f == kind)
+        .map_or(0, |i| 1 << i)
 }
 
 /// Whether a `Connection` value names a field beyond the hop-by-hop ones every message loses
@@ -79,9 +95,9 @@ pub fn strip(headers: &mut HeaderMap, keep_upgrade: bool) {
             headers.remove(n);
         }
     }
-    for (i, name) in ALWAYS.iter().enumerate() {
+    for i in ALWAYS {
         if present & (1 << i) != 0 {
-            headers.remove(*name);
+            headers.remove(HOP[i].1);
         }
     }
     if present & TE != 0
@@ -160,6 +176,18 @@ mod tests {
         strip(&mut h, true);
         assert_eq!(names(&h), ["connection", "upgrade"]);
         assert_eq!(h["connection"], "upgrade");
+    }
+
+    #[test]
+    fn raw_heads_and_header_maps_drop_the_same_fields() {
+        let mut cases: Vec<(&str, &str)> = HOP.iter().map(|(_, n)| (n.as_str(), "x")).collect();
+        cases.extend([("te", "trailers"), ("accept", "*/*"), ("server", "s")]);
+        for (name, value) in cases {
+            let mut h = map(&[(name, value)]);
+            strip(&mut h, false);
+            let raw = is_hop(Field::of(name.as_bytes()), value.as_bytes());
+            assert_eq!(h.is_empty(), raw, "{name}: {value}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub(crate) mod encode;
 pub(crate) mod field;
 pub mod forwarded;
 pub mod hop;
+pub mod length;
 
 pub use decode::{Framing, Head, RawHead, ResponseFraming, framing_of, response_framing};
 pub use encode::{ReqFraming, encode_head, request_framing};
