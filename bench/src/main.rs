@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice_bench::backend::{Backend, BackendConfig};
+use sluice_bench::load::attack::Attack;
 use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
 use sluice_bench::peers::{PeerEnv, PeerKind, Proto, sluice_api};
 use sluice_bench::pods::{Removal, StopMode};
@@ -44,6 +45,9 @@ enum Cmd {
     Scale(ScenarioArgs),
     /// Compare this load generator with wrk on the same target.
     Validate(ScenarioArgs),
+    /// Constant-rate legitimate load while each attack runs in turn (h2 preface hold, h2
+    /// idle, slowloris, slow reader, max-size heads, upgrade flood, rapid reset).
+    Abuse(ScenarioArgs),
     /// Run the load generator alone against a URL.
     Load(LoadArgs),
     /// Start demo backends on 127.0.0.1:P, P+1, ... until Ctrl-C.
@@ -138,6 +142,14 @@ struct ScenarioArgs {
     /// built by tests/kube-apiserver/build.sh).
     #[arg(long)]
     kube_apiserver: Option<PathBuf>,
+    /// Abuse: attacks to run, comma-separated (default all): none, h2-preface-hold, h2-idle,
+    /// h1-slowloris, slow-reader, max-heads, upgrade-flood, rapid-reset.
+    #[arg(long, value_delimiter = ',')]
+    attacks: Vec<String>,
+    /// Abuse: attacker connections per attack (default 2000; quick 500; rapid reset at most
+    /// 20, slow reader at most 100).
+    #[arg(long)]
+    attack_connections: Option<usize>,
     /// Output directory (default bench-out/<scenario>-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -235,6 +247,7 @@ fn main() -> Result<()> {
         Cmd::Throughput(a) => scenario_main(Scenario::Throughput, a, nofile),
         Cmd::Scale(a) => scenario_main(Scenario::Scale, a, nofile),
         Cmd::Validate(a) => scenario_main(Scenario::Validate, a, nofile),
+        Cmd::Abuse(a) => scenario_main(Scenario::Abuse, a, nofile),
     }
 }
 
@@ -585,6 +598,7 @@ async fn run_scenario(
             log_dir: Some(out.join("logs")),
             kube_apiserver,
             api_ingresses: a.ingresses.first().copied().unwrap_or(1),
+            http2: scenario == Scenario::Abuse,
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before
@@ -597,6 +611,19 @@ async fn run_scenario(
         ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
         rounds: a.rounds as usize,
         wrk_threads: (a.generator == GeneratorArg::Wrk).then_some(load_threads),
+        attacks: if a.attacks.is_empty() {
+            None
+        } else {
+            Some(
+                a.attacks
+                    .iter()
+                    .map(|s| {
+                        Attack::parse(s.trim()).with_context(|| format!("unknown attack {s:?}"))
+                    })
+                    .collect::<Result<_>>()?,
+            )
+        },
+        attack_connections: a.attack_connections,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
     };

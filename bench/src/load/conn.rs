@@ -242,6 +242,8 @@ pub struct Connector {
     addrs: Vec<SocketAddr>,
     next: AtomicUsize,
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// `SO_RCVBUF` set before connecting (a slow reader's small window), if any.
+    recv_buffer: Option<u32>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -254,12 +256,23 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    /// A connector for `addrs`, with TLS when `tls` is given.
+    /// A connector for `addrs`, with TLS when `tls` is given (ALPN `http/1.1`).
     pub fn new(addrs: Vec<SocketAddr>, tls: Option<&TlsSpec>) -> Result<Self, TlsConfigError> {
+        Self::with_alpn(addrs, tls, &[b"http/1.1"])
+    }
+
+    /// [`Connector::new`] offering these ALPN protocols (the abuse scenario's HTTP/2
+    /// attackers offer `h2`).
+    pub fn with_alpn(
+        addrs: Vec<SocketAddr>,
+        tls: Option<&TlsSpec>,
+        alpn: &[&[u8]],
+    ) -> Result<Self, TlsConfigError> {
         let tls = match tls {
             None => None,
             Some(spec) => {
-                let cfg = client_config(spec)?;
+                let mut cfg = client_config(spec)?;
+                cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
                 let name = ServerName::try_from(spec.server_name.clone())
                     .map_err(|_| TlsConfigError::ServerName(spec.server_name.clone()))?;
                 Some((TlsConnector::from(Arc::new(cfg)), name))
@@ -269,7 +282,29 @@ impl Connector {
             addrs,
             next: AtomicUsize::new(0),
             tls,
+            recv_buffer: None,
         })
+    }
+
+    /// Connections get this receive buffer (set before the handshake, so the window the
+    /// server sees stays small).
+    #[must_use]
+    pub fn with_recv_buffer(mut self, bytes: u32) -> Self {
+        self.recv_buffer = Some(bytes);
+        self
+    }
+
+    async fn tcp(&self, addr: SocketAddr) -> io::Result<TcpStream> {
+        let Some(bytes) = self.recv_buffer else {
+            return TcpStream::connect(addr).await;
+        };
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_recv_buffer_size(bytes)?;
+        socket.connect(addr).await
     }
 
     /// Connects (and handshakes) before `deadline`.
@@ -279,7 +314,7 @@ impl Connector {
             .addrs
             .get(i % self.addrs.len().max(1))
             .ok_or(ConnectError::Other(io::Error::other("no address")))?;
-        let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        let tcp = match tokio::time::timeout_at(deadline, self.tcp(addr)).await {
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 return Err(ConnectError::Refused);

@@ -5,6 +5,7 @@
 //! It runs on the caller's tokio runtime: one task per connection, so N connections over the
 //! runtime's M worker threads.
 
+pub mod attack;
 pub mod conn;
 pub mod http1;
 pub mod record;
@@ -21,7 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use conn::{TlsSpec, TlsVersion, Verify};
+pub use conn::{Connector, TlsSpec, TlsVersion, Verify};
 pub use record::{Counts, Live, Seen, WrkErrors};
 pub use worker::TIMER_SLOP;
 

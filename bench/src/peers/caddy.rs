@@ -18,7 +18,8 @@ pub struct Caddy {
     admin: SocketAddr,
     dir: PathBuf,
     port: u16,
-    tls: bool,
+    /// TLS, and HTTP/2 on it.
+    tls: (bool, bool),
 }
 
 pub(super) fn unavailable() -> Option<String> {
@@ -27,11 +28,17 @@ pub(super) fn unavailable() -> Option<String> {
         .then(|| "caddy not installed (bench/install-peers.sh)".into())
 }
 
-fn config(dir: &Path, admin: SocketAddr, port: u16, tls: bool, eps: &[SocketAddr]) -> Value {
+fn config(
+    dir: &Path,
+    admin: SocketAddr,
+    port: u16,
+    (tls, http2): (bool, bool),
+    eps: &[SocketAddr],
+) -> Value {
     let upstreams: Vec<Value> = eps.iter().map(|a| json!({"dial": a.to_string()})).collect();
     let mut server = json!({
         "listen": [format!("127.0.0.1:{port}")],
-        "protocols": ["h1"],
+        "protocols": if http2 { json!(["h1", "h2"]) } else { json!(["h1"]) },
         "idle_timeout": format!("{CLIENT_IDLE_S}s"),
         "read_header_timeout": "30s",
         "automatic_https": {"disable": true},
@@ -116,7 +123,7 @@ pub(super) async fn start(
     super::write(&dir.join("cert.pem"), &env.cert.cert_pem)?;
     super::write(&dir.join("key.pem"), &env.cert.key_pem)?;
     let admin = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
-    let tls = env.proto == Proto::Https;
+    let tls = (env.proto == Proto::Https, env.http2);
     let cfg = config(dir, admin, port, tls, eps);
     super::write(&dir.join("caddy.json"), &cfg.to_string())?;
     let d = dir.display().to_string();
@@ -138,7 +145,11 @@ pub(super) async fn start(
         port,
         tls,
     });
-    Ok((Some(proc), state, settings(env.workers)))
+    let mut s = settings(env.workers);
+    if env.http2 {
+        s.insert("http2".into(), "protocols [h1, h2]".into());
+    }
+    Ok((Some(proc), state, s))
 }
 
 impl Caddy {

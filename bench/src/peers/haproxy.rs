@@ -34,6 +34,7 @@ pub struct Haproxy {
 struct Conf {
     port: u16,
     tls: bool,
+    http2: bool,
     workers: usize,
 }
 
@@ -52,7 +53,8 @@ fn config(dir: &Path, c: &Conf, servers: &[Option<SocketAddr>]) -> String {
         p = c.port
     );
     if c.tls {
-        let _ = write!(s, " ssl crt {d}/bundle.pem alpn http/1.1");
+        let alpn = if c.http2 { "h2,http/1.1" } else { "http/1.1" };
+        let _ = write!(s, " ssl crt {d}/bundle.pem alpn {alpn}");
     }
     let _ = write!(
         s,
@@ -125,6 +127,7 @@ pub(super) async fn start(
     let conf = Conf {
         port,
         tls: env.proto == Proto::Https,
+        http2: env.http2,
         workers: env.workers,
     };
     let mut slots: Vec<Option<SocketAddr>> = eps.iter().copied().map(Some).collect();
@@ -148,7 +151,11 @@ pub(super) async fn start(
         runtime,
         slots,
     });
-    Ok((Some(proc), state, settings(env.workers, runtime)))
+    let mut s = settings(env.workers, runtime);
+    if env.http2 {
+        s.insert("http2".into(), "bind ... alpn h2,http/1.1".into());
+    }
+    Ok((Some(proc), state, s))
 }
 
 /// Sends commands (`;`-separated) to the runtime API socket and returns the answer.

@@ -144,6 +144,9 @@ pub struct PeerEnv {
     pub kube_apiserver: PathBuf,
     /// Ingresses in the API server (`--source api`; each with its Service and slice).
     pub api_ingresses: usize,
+    /// HTTP/2 offered on the TLS listener (ALPN `h2`) besides HTTP/1.1: the abuse scenario's
+    /// HTTP/2 attacks need it; the other scenarios compare HTTP/1.1 only.
+    pub http2: bool,
 }
 
 /// Starting or changing a peer failed.

@@ -33,6 +33,7 @@ pub struct Nginx {
 struct Conf {
     port: u16,
     tls: bool,
+    http2: bool,
     workers: usize,
     lua_port: Option<u16>,
 }
@@ -145,7 +146,13 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
         );
     }
     upstream(&mut s, eps, c.lua_port.is_some());
-    let ssl = if c.tls { " ssl" } else { "" };
+    // nginx 1.22's spelling (`http2 on;` came in 1.25.1); on TLS, ALPN offers h2 and
+    // http/1.1.
+    let ssl = match (c.tls, c.http2) {
+        (true, true) => " ssl http2",
+        (true, false) => " ssl",
+        _ => "",
+    };
     let _ = write!(
         s,
         "  server {{\n    listen 127.0.0.1:{}{ssl} backlog={BACKLOG};\n    server_name {HOST};\n",
@@ -223,6 +230,7 @@ pub(super) async fn start(
     let conf = Conf {
         port,
         tls: env.proto == Proto::Https,
+        http2: env.http2,
         workers: env.workers,
         lua_port,
     };
@@ -235,7 +243,14 @@ pub(super) async fn start(
         conf,
         lua_port,
     });
-    Ok((Some(proc), state, settings(env.workers, lua)))
+    let mut s = settings(env.workers, lua);
+    if env.http2 {
+        s.insert(
+            "http2".into(),
+            "listen ... ssl http2 (ALPN h2, http/1.1)".into(),
+        );
+    }
+    Ok((Some(proc), state, s))
 }
 
 /// Creates `DIR/tmp` and opens both to nginx's workers, which run as `nobody` when the master

@@ -84,7 +84,7 @@ pub fn serve_args(
     http: &str,
     https: &str,
     admin: SocketAddr,
-    workers: usize,
+    workers: (usize, bool),
     log_level: &str,
 ) -> Vec<String> {
     let mut args = vec![
@@ -102,7 +102,7 @@ pub fn proxy_args(
     http: &str,
     https: &str,
     admin: SocketAddr,
-    workers: usize,
+    (workers, http2): (usize, bool),
     log_level: &str,
 ) -> Vec<String> {
     [
@@ -117,7 +117,7 @@ pub fn proxy_args(
         "--log-level",
         log_level,
         "--http2",
-        "false",
+        if http2 { "true" } else { "false" },
         "--upstream-tries",
         &TRIES.to_string(),
         "--upstream-connect-timeout-ms",
@@ -161,7 +161,7 @@ pub(super) async fn start(
         http,
         https,
         admin,
-        env.workers,
+        (env.workers, env.http2),
         &env.sluice_log_level,
     );
     let proc = Proc::spawn(&env.sluice_bin, &args, dir, &[], env.cpus.as_deref())?;
@@ -183,7 +183,7 @@ pub(super) async fn start(
         "upstream keep-alive".into(),
         "on (default), idle 60s".into(),
     );
-    s.insert("http2".into(), "--http2 false".into());
+    s.insert("http2".into(), format!("--http2 {}", env.http2));
     s.insert(
         "access log".into(),
         format!("none (--log-level {})", env.sluice_log_level),

@@ -310,7 +310,7 @@ pub(super) async fn start(
         http,
         https,
         admin,
-        env.workers,
+        (env.workers, env.http2),
         &env.sluice_log_level,
     ));
     args.extend([

@@ -75,6 +75,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
                 proxy_cores: c.proxy_cores,
                 // wrk keeps its connections open: not for the handshake scenario.
                 wrk_threads: c.wrk_threads.filter(|_| keep_alive),
+                attack: None,
             };
             // Odd rounds run the peers in reverse, so neither goes first every time.
             let order: Vec<PeerKind> = if round % 2 == 1 {

@@ -273,6 +273,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         tls: (TlsVersion::Any, true),
         churn: with_churn.then_some(plan),
         wrk_threads: None,
+        attack: None,
         proxy_cores: c.proxy_cores,
     };
     let vanish_problem = (with_churn && c.removal == Removal::Vanish)

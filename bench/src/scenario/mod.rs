@@ -1,6 +1,7 @@
 //! Scenarios: each starts the peers one after another with fresh backends, runs the load (and
 //! the churn, if any) against each, and collects a [`PeerResult`] per peer and variant.
 
+pub mod abuse;
 pub mod capacity;
 pub mod churn;
 pub mod scale;
@@ -14,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::load::attack::Attack;
 use crate::load::{self, Hooks, Live, LoadSpec};
 use crate::peers::{HOST, Peer, PeerEnv, PeerKind};
 use crate::pods::{Pods, Terminating};
@@ -37,6 +39,8 @@ pub enum Scenario {
     Scale,
     /// Each peer's configuration checked against the same requests.
     Validate,
+    /// Constant-rate legitimate load while each attack runs in turn.
+    Abuse,
 }
 
 impl Scenario {
@@ -50,6 +54,7 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Scale => "scale",
             Scenario::Validate => "validate",
+            Scenario::Abuse => "abuse",
         }
     }
 
@@ -62,6 +67,14 @@ impl Scenario {
                 PeerKind::HaproxyReload,
             ],
             Scenario::Validate => vec![PeerKind::Direct, PeerKind::Sluice],
+            // One of each server (the reload and runtime variants differ only in how they
+            // change endpoints, which this scenario does not do); no attack on `direct`.
+            Scenario::Abuse => vec![
+                PeerKind::Sluice,
+                PeerKind::NginxReload,
+                PeerKind::HaproxyReload,
+                PeerKind::Caddy,
+            ],
             _ => PeerKind::ALL.to_vec(),
         }
     }
@@ -76,6 +89,7 @@ impl Scenario {
             Scenario::Throughput => capacity::run(common, capacity::Capacity::Throughput).await,
             Scenario::Scale => scale::run(common).await,
             Scenario::Validate => validate::run(common).await,
+            Scenario::Abuse => abuse::run(common).await,
         }
     }
 }
@@ -179,6 +193,9 @@ pub struct RunSetup {
     pub proxy_cores: usize,
     /// wrk with this many threads as the load generator instead of ours.
     pub wrk_threads: Option<usize>,
+    /// An attack run beside the load (abuse scenario): which, how many connections, and
+    /// how long after the load starts.
+    pub attack: Option<(Attack, usize, Duration)>,
 }
 
 /// Runs one peer through one setup: fresh pods, start, load (+ churn), stop.
@@ -225,17 +242,44 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     } else {
         setup.churn.as_ref()
     };
+    let attack = match setup.attack {
+        Some((a, n, after)) if kind != PeerKind::Direct => match attack_connector(a, &peer) {
+            Ok(c) => Some((a, n, after, c)),
+            Err(e) => {
+                return PeerResult::skipped(name, &setup.variant, format!("attack: {e}"));
+            }
+        },
+        _ => None,
+    };
+    let tls = peer.proto == crate::peers::Proto::Https;
+    let duration = spec.duration;
     let driver = async {
         let Ok(t0) = rx.await else {
-            return (Usage::start(pid), Vec::new());
+            return (Usage::start(pid), Vec::new(), None);
         };
         // CPU is counted from the measured start, after the connections were opened.
         let usage = Usage::start(pid);
-        let driven = match churn {
-            Some(plan) => churn::drive(&mut peer, &mut pods, &mut term, t0, plan).await,
-            None => Vec::new(),
+        let attacking = async {
+            let (a, n, after, connector) = attack?;
+            let spec = crate::load::attack::AttackSpec {
+                attack: a,
+                connections: n,
+                connector,
+                host: HOST.into(),
+                tls,
+                start: t0 + after,
+                end: t0 + duration,
+            };
+            Some((a, crate::load::attack::run(spec).await))
         };
-        (usage, driven)
+        let churning = async {
+            match churn {
+                Some(plan) => churn::drive(&mut peer, &mut pods, &mut term, t0, plan).await,
+                None => Vec::new(),
+            }
+        };
+        let (driven, attacked) = tokio::join!(churning, attacking);
+        (usage, driven, attacked)
     };
     let generate = async {
         match setup.wrk_threads {
@@ -243,7 +287,7 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
             None => load::run(&spec, hooks).await,
         }
     };
-    let (res, (usage, driven)) = tokio::join!(generate, driver);
+    let (res, (usage, driven, attacked)) = tokio::join!(generate, driver);
     let (cpu, rss) = usage.finish();
     pb_task.abort();
     let mut notes: Vec<String> = Vec::new();
@@ -257,6 +301,9 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
             }
         })
         .collect();
+    if let Some((a, report)) = attacked.as_ref().filter(|(a, _)| *a != Attack::None) {
+        notes.push(report.summary(*a));
+    }
     term.finish().await;
     let changes = peer.changes;
     let settings = peer.settings.clone();
@@ -306,6 +353,21 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     r
 }
 
+/// The connector an attack's connections use: the peer's target, its TLS (certificate not
+/// checked) with the attack's ALPN, a small receive buffer for the slow reader.
+fn attack_connector(
+    a: Attack,
+    peer: &Peer,
+) -> Result<Arc<crate::load::Connector>, crate::load::conn::TlsConfigError> {
+    let tls = peer.tls(load::TlsVersion::Any, false);
+    let alpn: &[&[u8]] = if a.is_h2() { &[b"h2"] } else { &[b"http/1.1"] };
+    let mut c = crate::load::Connector::with_alpn(vec![peer.target], tls.as_ref(), alpn)?;
+    if a == Attack::SlowReader {
+        c = c.with_recv_buffer(4096);
+    }
+    Ok(Arc::new(c))
+}
+
 /// Options shared by the scenarios (from the command line).
 #[derive(Debug, Clone)]
 pub struct Common {
@@ -341,6 +403,10 @@ pub struct Common {
     pub rounds: usize,
     /// Capacity scenarios: wrk with this many threads as the load generator instead of ours.
     pub wrk_threads: Option<usize>,
+    /// Abuse: the attacks to run (default all).
+    pub attacks: Option<Vec<crate::load::attack::Attack>>,
+    /// Abuse: attacker connections per attack.
+    pub attack_connections: Option<usize>,
     /// The command line, for the report.
     pub command: String,
     /// Machine facts for the report.

@@ -342,7 +342,7 @@ pub async fn run(c: &Common) -> Report {
                                 &format!("127.0.0.1:{port}"),
                                 "off",
                                 admin,
-                                workers,
+                                (workers, false),
                                 "warn",
                             );
                             Proc::spawn(&bin, &args, d, &[], cpus.as_deref())
