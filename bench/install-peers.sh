@@ -2,13 +2,28 @@
 # Installs the peers that sluice-bench compares sluice with, from the distribution's packages
 # (Debian/Ubuntu, apt):
 #   nginx (+ the Lua module and lua-resty-core, for the nginx-lua peer), HAProxy, Caddy,
-#   wrk and h2load (to check the load generator), iptables (the churn "vanish" variant).
+#   wrk and h2load (to check the load generator), iptables (the churn "vanish" variant);
+#   with --with-traefik, Traefik built from Go modules.
 # Run as root or with sudo. Running it again is harmless.
 #
 # The packages start system services (nginx, haproxy, caddy) on ports 80/443; sluice-bench
 # starts its own instances on free loopback ports, so those services are stopped and disabled
 # where systemd manages them.
 set -euo pipefail
+
+# --with-traefik: also build Traefik from Go modules (bench/peers/traefik/build.sh; needs Go,
+# downloads about 370 MB of modules and compiles for about 10 minutes on one core, so it is
+# opt-in; cached afterwards).
+with_traefik=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-traefik) with_traefik=1 ;;
+    *)
+      echo "usage: $0 [--with-traefik]" >&2
+      exit 2
+      ;;
+  esac
+done
 
 sudo_cmd=()
 if [[ "$(id -u)" != 0 ]]; then
@@ -81,4 +96,13 @@ for module in /usr/lib/nginx/modules/ngx_http_lua_module.so /usr/share/lua/5.1/r
     echo "missing: $module (the nginx-lua peer will be skipped)" >&2
   fi
 done
+if [[ "$with_traefik" == 1 ]]; then
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  if traefik_bin="$("$here/peers/traefik/build.sh")"; then
+    echo "ok: traefik ($traefik_bin)"
+  else
+    echo "failed: traefik (bench/peers/traefik/build.sh)" >&2
+    status=1
+  fi
+fi
 exit "$status"

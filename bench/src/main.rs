@@ -15,6 +15,7 @@ use sluice_bench::load::attack::Attack;
 use sluice_bench::load::{self, Hooks, LoadReport, LoadSpec, Mode, TlsSpec, TlsVersion, Verify};
 use sluice_bench::peers::{PeerEnv, PeerKind, Proto, sluice_api};
 use sluice_bench::pods::{Removal, StopMode};
+use sluice_bench::scenario::seed::{self, Seed};
 use sluice_bench::scenario::{self, Common, Scenario};
 use sluice_bench::{certs, report, sys};
 
@@ -48,6 +49,9 @@ enum Cmd {
     /// Constant-rate legitimate load while each attack runs in turn (h2 preface hold, h2
     /// idle, slowloris, slow reader, max-size heads, upgrade flood, rapid reset).
     Abuse(ScenarioArgs),
+    /// A published test as one named run, its report beside the published figures
+    /// (`seed --list` for the names).
+    Seed(SeedArgs),
     /// Run the load generator alone against a URL.
     Load(LoadArgs),
     /// Start demo backends on 127.0.0.1:P, P+1, ... until Ctrl-C.
@@ -59,7 +63,7 @@ struct ScenarioArgs {
     /// Short run (about a minute for churn with every peer installed).
     #[arg(long)]
     quick: bool,
-    /// Peers, comma-separated: sluice,nginx-reload,nginx-lua,haproxy-reload,haproxy-runtime,caddy,direct.
+    /// Peers, comma-separated: sluice,nginx-reload,nginx-lua,haproxy-reload,haproxy-runtime,caddy,traefik,direct.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Client protocol (churn/static default https; rps/throughput default both).
@@ -158,6 +162,40 @@ struct ScenarioArgs {
     wide: bool,
 }
 
+#[derive(Debug, Clone, Args)]
+struct SeedArgs {
+    /// The published test (see --list).
+    name: Option<String>,
+    /// List the published tests and what each runs.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    run: ScenarioArgs,
+}
+
+/// What a command runs: a scenario, or a seed's scenarios.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    Scenario(Scenario),
+    Seed(&'static Seed),
+}
+
+impl Job {
+    fn name(self) -> String {
+        match self {
+            Job::Scenario(s) => s.name().into(),
+            Job::Seed(s) => format!("seed-{}", s.name),
+        }
+    }
+
+    fn default_peers(self) -> Vec<PeerKind> {
+        match self {
+            Job::Scenario(s) => s.default_peers(),
+            Job::Seed(s) => s.peers.to_vec(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum GeneratorArg {
     /// sluice-bench's own generator.
@@ -240,14 +278,25 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Load(a) => runtime(a.threads.unwrap_or_else(sys::cpu_count))?.block_on(load_cmd(a)),
         Cmd::Backends(a) => runtime(1)?.block_on(backends_cmd(a)),
-        Cmd::Churn(a) => scenario_main(Scenario::Churn, a, nofile),
-        Cmd::Static(a) => scenario_main(Scenario::Static, a, nofile),
-        Cmd::Rps(a) => scenario_main(Scenario::Rps, a, nofile),
-        Cmd::Tps(a) => scenario_main(Scenario::Tps, a, nofile),
-        Cmd::Throughput(a) => scenario_main(Scenario::Throughput, a, nofile),
-        Cmd::Scale(a) => scenario_main(Scenario::Scale, a, nofile),
-        Cmd::Validate(a) => scenario_main(Scenario::Validate, a, nofile),
-        Cmd::Abuse(a) => scenario_main(Scenario::Abuse, a, nofile),
+        Cmd::Churn(a) => scenario_main(Job::Scenario(Scenario::Churn), a, nofile),
+        Cmd::Static(a) => scenario_main(Job::Scenario(Scenario::Static), a, nofile),
+        Cmd::Rps(a) => scenario_main(Job::Scenario(Scenario::Rps), a, nofile),
+        Cmd::Tps(a) => scenario_main(Job::Scenario(Scenario::Tps), a, nofile),
+        Cmd::Throughput(a) => scenario_main(Job::Scenario(Scenario::Throughput), a, nofile),
+        Cmd::Scale(a) => scenario_main(Job::Scenario(Scenario::Scale), a, nofile),
+        Cmd::Validate(a) => scenario_main(Job::Scenario(Scenario::Validate), a, nofile),
+        Cmd::Abuse(a) => scenario_main(Job::Scenario(Scenario::Abuse), a, nofile),
+        Cmd::Seed(s) => match s.name.as_deref().filter(|_| !s.list) {
+            None => {
+                print!("{}", seed::list());
+                Ok(())
+            }
+            Some(name) => {
+                let found = seed::find(name)
+                    .with_context(|| format!("unknown seed {name:?}; sluice-bench seed --list"))?;
+                scenario_main(Job::Seed(found), s.run, nofile)
+            }
+        },
     }
 }
 
@@ -433,7 +482,7 @@ enum Source {
     Api,
 }
 
-fn scenario_main(scenario: Scenario, a: ScenarioArgs, nofile: u64) -> Result<()> {
+fn scenario_main(job: Job, a: ScenarioArgs, nofile: u64) -> Result<()> {
     if a.source == Source::Api && !sluice_api::in_private_network() {
         let status = sluice_api::enter_private_network().map_err(anyhow::Error::msg)?;
         if !status.success() {
@@ -491,7 +540,7 @@ fn scenario_main(scenario: Scenario, a: ScenarioArgs, nofile: u64) -> Result<()>
     machine.insert("load generator threads".into(), threads.to_string());
     machine.insert("peer versions".into(), peer_versions());
     runtime(threads)?.block_on(run_scenario(
-        scenario,
+        job,
         a,
         machine,
         pin.then_some(proxy_cpus),
@@ -538,14 +587,14 @@ fn peer_versions() -> String {
 }
 
 async fn run_scenario(
-    scenario: Scenario,
+    job: Job,
     a: ScenarioArgs,
     machine: std::collections::BTreeMap<String, String>,
     cpus: Option<String>,
     (cores, load_threads): (usize, usize),
 ) -> Result<()> {
     let peers: Vec<PeerKind> = if a.peers.is_empty() {
-        scenario.default_peers()
+        job.default_peers()
     } else {
         a.peers
             .iter()
@@ -558,6 +607,7 @@ async fn run_scenario(
             .into_iter()
             .map(|p| match p {
                 PeerKind::Sluice => PeerKind::SluiceApi,
+                PeerKind::Traefik => PeerKind::TraefikApi,
                 other => other,
             })
             .collect(),
@@ -578,7 +628,7 @@ async fn run_scenario(
     let out = a
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("bench-out/{}-{stamp}", scenario.name())));
+        .unwrap_or_else(|| PathBuf::from(format!("bench-out/{}-{stamp}", job.name())));
     let common = Common {
         quick: a.quick,
         peers,
@@ -598,7 +648,7 @@ async fn run_scenario(
             log_dir: Some(out.join("logs")),
             kube_apiserver,
             api_ingresses: a.ingresses.first().copied().unwrap_or(1),
-            http2: scenario == Scenario::Abuse,
+            http2: matches!(job, Job::Scenario(Scenario::Abuse)),
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before
@@ -624,15 +674,34 @@ async fn run_scenario(
             )
         },
         attack_connections: a.attack_connections,
+        load_threads,
+        replicas: None,
+        tls_version: None,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
     };
     eprintln!(
         "sluice-bench {}{}: results in {}",
-        scenario.name(),
+        job.name(),
         if a.quick { " --quick" } else { "" },
         out.display()
     );
+    let scenario = match job {
+        Job::Scenario(s) => s,
+        Job::Seed(s) => {
+            let run = seed::run_and_write(s, &common, &out, &started);
+            let text = tokio::select! {
+                r = run => r.with_context(|| format!("writing {}", out.display()))?,
+                _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+            };
+            print!("\n{text}");
+            println!(
+                "report: {}/index.html  (seed.md: published vs ours; summary.md; one directory per run)",
+                out.display()
+            );
+            return Ok(());
+        }
+    };
     let run = scenario.run(&common);
     let mut rep = tokio::select! {
         r = run => r,

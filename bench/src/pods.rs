@@ -215,15 +215,19 @@ impl Pods {
         }
     }
 
-    /// Starts `n` more pods on free loopback ports (on the private block's address inside the
-    /// `--source api` network namespace, as EndpointSlices may not name loopback addresses).
+    /// Starts `n` more pods on free loopback ports. Inside the `--source api` network namespace
+    /// (EndpointSlices may not name loopback addresses) each pod gets an address of its own in
+    /// the private block, as pods do: a controller that keys endpoints by address (Traefik
+    /// does) would otherwise see one pod.
     pub async fn add(&mut self, n: usize) -> std::io::Result<()> {
-        let ip = if crate::peers::sluice_api::in_private_network() {
-            crate::peers::sluice_api::PRIVATE_IP
-        } else {
-            [127, 0, 0, 1]
-        };
+        let private = crate::peers::sluice_api::in_private_network();
         for _ in 0..n {
+            let ip = if private {
+                let [a, b, c, _] = crate::peers::sluice_api::PRIVATE_IP;
+                [a, b, c, 10 + u8::try_from(self.next % 240).unwrap_or(0)]
+            } else {
+                [127, 0, 0, 1]
+            };
             let name = format!("pod-{}", self.next);
             self.next += 1;
             let backend = Backend::start(

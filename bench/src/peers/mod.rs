@@ -8,6 +8,7 @@ mod nginx;
 pub mod proc;
 pub mod sluice;
 pub mod sluice_api;
+pub mod traefik;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -54,22 +55,28 @@ pub enum PeerKind {
     HaproxyRuntime,
     /// Caddy, config swapped through the admin API (`POST /load`).
     Caddy,
+    /// Traefik v3 (built from Go modules), its file provider watching a rewritten file.
+    Traefik,
     /// No proxy: load straight at one backend (the ceiling).
     Direct,
     /// sluice controller against a real kube-apiserver, changed through EndpointSlices written
     /// to the API (`--source api`, which puts it in place of `sluice`).
     SluiceApi,
+    /// Traefik's Kubernetes Ingress provider against the same API server (`--source api`, in
+    /// place of `traefik`).
+    TraefikApi,
 }
 
 impl PeerKind {
     /// Every peer, in report order.
-    pub const ALL: [PeerKind; 7] = [
+    pub const ALL: [PeerKind; 8] = [
         PeerKind::Sluice,
         PeerKind::NginxReload,
         PeerKind::NginxLua,
         PeerKind::HaproxyReload,
         PeerKind::HaproxyRuntime,
         PeerKind::Caddy,
+        PeerKind::Traefik,
         PeerKind::Direct,
     ];
 
@@ -82,8 +89,10 @@ impl PeerKind {
             PeerKind::HaproxyReload => "haproxy-reload",
             PeerKind::HaproxyRuntime => "haproxy-runtime",
             PeerKind::Caddy => "caddy",
+            PeerKind::Traefik => "traefik",
             PeerKind::Direct => "direct",
             PeerKind::SluiceApi => "sluice-api",
+            PeerKind::TraefikApi => "traefik-api",
         }
     }
 
@@ -91,7 +100,7 @@ impl PeerKind {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
-            .chain([PeerKind::SluiceApi])
+            .chain([PeerKind::SluiceApi, PeerKind::TraefikApi])
             .find(|k| k.name() == s)
     }
 
@@ -108,8 +117,10 @@ impl PeerKind {
             PeerKind::NginxLua => nginx::unavailable(true),
             PeerKind::HaproxyReload | PeerKind::HaproxyRuntime => haproxy::unavailable(),
             PeerKind::Caddy => caddy::unavailable(),
+            PeerKind::Traefik => traefik::unavailable(env),
             PeerKind::Direct => None,
-            PeerKind::SluiceApi => sluice_api::unavailable(env),
+            PeerKind::SluiceApi => sluice_api::unavailable(env, sluice_api::Controller::Sluice),
+            PeerKind::TraefikApi => sluice_api::unavailable(env, sluice_api::Controller::Traefik),
         }
     }
 }
@@ -174,6 +185,7 @@ enum State {
     Nginx(nginx::Nginx),
     Haproxy(haproxy::Haproxy),
     Caddy(caddy::Caddy),
+    Traefik(traefik::Traefik),
     Direct,
 }
 
@@ -228,7 +240,12 @@ impl Peer {
         let (proc, state, settings) = match kind {
             PeerKind::Sluice => sluice::start(env, d, port, endpoints).await?,
             PeerKind::SluiceApi => {
-                sluice_api::start(env, d, port, endpoints, env.api_ingresses).await?
+                let how = (env.api_ingresses, sluice_api::Controller::Sluice);
+                sluice_api::start(env, d, port, endpoints, how).await?
+            }
+            PeerKind::TraefikApi => {
+                let how = (env.api_ingresses, sluice_api::Controller::Traefik);
+                sluice_api::start(env, d, port, endpoints, how).await?
             }
             PeerKind::NginxReload | PeerKind::NginxLua => {
                 nginx::start(env, d, port, endpoints, kind == PeerKind::NginxLua).await?
@@ -237,6 +254,7 @@ impl Peer {
                 haproxy::start(env, d, port, endpoints, kind == PeerKind::HaproxyRuntime).await?
             }
             PeerKind::Caddy => caddy::start(env, d, port, endpoints).await?,
+            PeerKind::Traefik => traefik::start(env, d, port, endpoints).await?,
             PeerKind::Direct => {
                 let mut s = BTreeMap::new();
                 s.insert(
@@ -326,6 +344,7 @@ impl Peer {
             State::Nginx(n) => n.set(eps).await?,
             State::Haproxy(h) => h.set(eps).await?,
             State::Caddy(c) => c.set(eps).await?,
+            State::Traefik(t) => t.set(eps)?,
             State::Direct => return Ok(()),
         }
         self.changes += 1;
@@ -340,6 +359,7 @@ impl Peer {
             State::SluiceApi(s) => Some(s.wait_applied(eps, within).await),
             State::Haproxy(h) if h.runtime => Some(true),
             State::Caddy(_) => Some(true),
+            State::Traefik(t) => Some(t.wait_applied(eps, within).await),
             _ => None,
         }
     }

@@ -60,8 +60,12 @@ pub fn default_apiserver(sluice_bin: &Path) -> PathBuf {
 }
 
 /// `None` when the peer can run here, else why not.
-pub fn unavailable(env: &PeerEnv) -> Option<String> {
-    if !env.sluice_bin.exists() {
+pub fn unavailable(env: &PeerEnv, controller: Controller) -> Option<String> {
+    if controller == Controller::Traefik {
+        if let Some(why) = super::traefik::unavailable(env) {
+            return Some(why);
+        }
+    } else if !env.sluice_bin.exists() {
         return Some(format!(
             "sluice binary not found at {}",
             env.sluice_bin.display()
@@ -76,11 +80,32 @@ pub fn unavailable(env: &PeerEnv) -> Option<String> {
     (!in_private_network()).then(|| "runs only with --source api (in its network namespace)".into())
 }
 
+/// Which controller watches the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Controller {
+    /// `sluice controller`.
+    Sluice,
+    /// Traefik's Kubernetes Ingress provider.
+    Traefik,
+}
+
+impl Controller {
+    /// The IngressClass name and its `spec.controller`.
+    fn class(self) -> (&'static str, &'static str) {
+        match self {
+            Controller::Sluice => ("sluice", "sluice.dev/ingress-controller"),
+            Controller::Traefik => ("traefik", "traefik.io/ingress-controller"),
+        }
+    }
+}
+
 /// A running controller and its API server.
 pub struct SluiceApi {
     server: Child,
     client: kube::Client,
+    /// sluice's admin API, or Traefik's API.
     admin: SocketAddr,
+    controller: Controller,
     slices: BTreeSet<String>,
 }
 
@@ -144,15 +169,26 @@ fn service(name: &str) -> Value {
         "spec": {"ports": [{"name": "http", "port": 80}]}})
 }
 
-fn ingress(name: &str, host: &str, svc: &str, tls: bool) -> Value {
+fn ingress(name: &str, host: &str, svc: &str, tls: bool, controller: Controller) -> Value {
     let mut o = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"ingressClassName": "sluice", "rules": [{"host": host, "http": {"paths": [{
+        "spec": {"ingressClassName": controller.class().0, "rules": [{"host": host, "http": {"paths": [{
             "path": "/", "pathType": "Prefix",
             "backend": {"service": {"name": svc, "port": {"number": 80}}}}]}}]}});
+    o["metadata"]["annotations"] = match controller {
+        Controller::Sluice => json!({"sluice.dev/ssl-redirect": "false"}),
+        Controller::Traefik => json!({
+            "traefik.ingress.kubernetes.io/router.middlewares": "retry@file",
+            "traefik.ingress.kubernetes.io/router.entrypoints": "bench"}),
+    };
     if tls {
-        o["metadata"]["annotations"] = json!({"sluice.dev/ssl-redirect": "false"});
         o["spec"]["tls"] = json!([{"hosts": [host], "secretName": "bench-tls"}]);
+        if controller == Controller::Traefik {
+            // Traefik loads the Secret from `spec.tls`, but serves the router over TLS only
+            // when told so.
+            o["metadata"]["annotations"]["traefik.ingress.kubernetes.io/router.tls"] =
+                json!("true");
+        }
     }
     o
 }
@@ -185,7 +221,10 @@ fn slices(svc: &str, eps: &[SocketAddr]) -> Vec<(String, Value)> {
         .collect()
 }
 
-async fn start_server(env: &PeerEnv, dir: &Path) -> Result<(Child, kube::Client), PeerError> {
+async fn start_server(
+    env: &PeerEnv,
+    dir: &Path,
+) -> Result<(Child, kube::Client, String), PeerError> {
     let ip = PRIVATE_IP.map(|o| o.to_string()).join(".");
     let log = std::fs::File::create(dir.join("kube-apiserver.log"))
         .map_err(|e| PeerError::Io("kube-apiserver log".into(), e))?;
@@ -207,21 +246,21 @@ async fn start_server(env: &PeerEnv, dir: &Path) -> Result<(Child, kube::Client)
     let mut lines = BufReader::new(stdout).lines();
     let ready = tokio::time::timeout(Duration::from_secs(90), async {
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.starts_with("READY ") {
-                return true;
+            if let Some(url) = line.strip_prefix("READY ") {
+                return Some(url.trim().to_string());
             }
         }
-        false
+        None
     })
     .await;
-    if ready != Ok(true) {
+    let Ok(Some(endpoint)) = ready else {
         let log = std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(20).collect();
         return Err(PeerError::NotReady(format!(
             "kube-apiserver did not get ready:\n{}",
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         )));
-    }
+    };
     let kubeconfig = kube::config::Kubeconfig::read_from(work.join("kubeconfig"))
         .map_err(|e| PeerError::NotReady(format!("kubeconfig: {e}")))?;
     let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -229,7 +268,7 @@ async fn start_server(env: &PeerEnv, dir: &Path) -> Result<(Child, kube::Client)
         .map_err(|e| PeerError::NotReady(format!("kubeconfig: {e}")))?;
     let client =
         kube::Client::try_from(cfg).map_err(|e| PeerError::NotReady(format!("client: {e}")))?;
-    Ok((server, client))
+    Ok((server, client, endpoint))
 }
 
 /// The objects for `ingresses` Ingresses: `bench` (the one the load goes to) and `ingresses - 1`
@@ -238,13 +277,14 @@ async fn populate(
     client: &kube::Client,
     env: &PeerEnv,
     eps: &[SocketAddr],
-    ingresses: usize,
+    (ingresses, controller): (usize, Controller),
 ) -> Result<(), PeerError> {
     let tls = env.proto == Proto::Https;
+    let (class, implementation) = controller.class();
     apply(
         client,
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
-            "metadata": {"name": "sluice"}, "spec": {"controller": "sluice.dev/ingress-controller"}}),
+            "metadata": {"name": class}, "spec": {"controller": implementation}}),
     )
     .await?;
     if tls {
@@ -257,7 +297,10 @@ async fn populate(
         )
         .await?;
     }
-    let mut objects = vec![service("bench"), ingress("bench", HOST, "bench", tls)];
+    let mut objects = vec![
+        service("bench"),
+        ingress("bench", HOST, "bench", tls, controller),
+    ];
     objects.extend(slices("bench", eps).into_iter().map(|(_, o)| o));
     let first = eps.first().copied();
     for i in 1..ingresses {
@@ -268,6 +311,7 @@ async fn populate(
             &format!("h{i}.{HOST}"),
             &svc,
             false,
+            controller,
         ));
         objects.extend(slices(&svc, first.as_slice()).into_iter().map(|(_, o)| o));
     }
@@ -291,12 +335,42 @@ pub(super) async fn start(
     dir: &Path,
     port: u16,
     eps: &[SocketAddr],
-    ingresses: usize,
+    (ingresses, controller): (usize, Controller),
 ) -> Result<(Option<Proc>, State, BTreeMap<String, String>), PeerError> {
-    let (server, client) = start_server(env, dir).await?;
+    let (server, client, endpoint) = start_server(env, dir).await?;
     let started = std::time::Instant::now();
-    populate(&client, env, eps, ingresses.max(1)).await?;
+    populate(&client, env, eps, (ingresses.max(1), controller)).await?;
     let populate_s = started.elapsed().as_secs_f64();
+    if controller == Controller::Traefik {
+        let work = dir.join("apiserver");
+        let tokens = std::fs::read_to_string(work.join("tokens.csv"))
+            .map_err(|e| PeerError::Io("tokens.csv".into(), e))?;
+        let access = super::traefik::KubeAccess {
+            endpoint,
+            token: tokens.split(',').next().unwrap_or_default().to_string(),
+            ca_file: work.join("certs/apiserver.crt"),
+        };
+        let (proc, api, mut s) = super::traefik::start_for_api(env, dir, port, &access)?;
+        s.insert(
+            "ingresses".into(),
+            format!(
+                "{} (each with its Service and EndpointSlice; written in {populate_s:.1} s)",
+                ingresses.max(1)
+            ),
+        );
+        let slices_written = slices("bench", eps).into_iter().map(|(n, _)| n).collect();
+        return Ok((
+            Some(proc),
+            State::SluiceApi(Box::new(SluiceApi {
+                server,
+                client,
+                admin: api,
+                controller,
+                slices: slices_written,
+            })),
+            s,
+        ));
+    }
     let admin = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
     let listen = format!("127.0.0.1:{port}");
     let other = format!("127.0.0.1:{}", super::free_port()?);
@@ -345,7 +419,7 @@ pub(super) async fn start(
     );
     s.insert("retries".into(), format!("--upstream-tries {TRIES}"));
     s.insert("workers".into(), format!("--workers {}", env.workers));
-    s.insert("http2".into(), "--http2 false".into());
+    s.insert("http2".into(), format!("--http2 {}", env.http2));
     let slices_written = slices("bench", eps).into_iter().map(|(n, _)| n).collect();
     Ok((
         Some(proc),
@@ -353,6 +427,7 @@ pub(super) async fn start(
             server,
             client,
             admin,
+            controller,
             slices: slices_written,
         })),
         s,
@@ -379,9 +454,16 @@ impl SluiceApi {
         Ok(())
     }
 
-    /// Polls the admin API until the pool holds exactly `eps`.
+    /// Polls sluice's admin API (or Traefik's) until the pool holds exactly `eps`.
     pub(super) async fn wait_applied(&self, eps: &[SocketAddr], within: Duration) -> bool {
-        super::sluice::pool_holds(self.admin, eps, within).await
+        match self.controller {
+            Controller::Sluice => super::sluice::pool_holds(self.admin, eps, within).await,
+            // Traefik names an Ingress backend namespace-service-port.
+            Controller::Traefik => {
+                super::traefik::wait_servers(self.admin, "default-bench-80@kubernetes", eps, within)
+                    .await
+            }
+        }
     }
 
     /// Stops the API server (end of stdin, then a kill if it lingers).

@@ -1,5 +1,6 @@
 //! What a run reports: `report.json`, `report.md`, the plots, and the terminal table.
 
+pub mod html;
 pub mod rounds;
 pub mod svg;
 mod table;
@@ -215,7 +216,8 @@ pub struct Report {
     pub rounds: Vec<rounds::RoundSummary>,
 }
 
-/// Writes report.json, report.md, latency.svg and timeline.svg into `dir`.
+/// Writes report.json, report.md, latency.svg, timeline.svg, summary.md and index.html into
+/// `dir`.
 pub fn write_all(dir: &Path, r: &Report) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(r).map_err(std::io::Error::other)?;
@@ -226,6 +228,12 @@ pub fn write_all(dir: &Path, r: &Report) -> std::io::Result<()> {
         std::fs::write(dir.join("latency.svg"), svg::latency(r, &ran))?;
         std::fs::write(dir.join("timeline.svg"), svg::timeline(r, &ran))?;
     }
+    let one = [(String::new(), r)];
+    std::fs::write(dir.join("summary.md"), html::summary(&one))?;
+    std::fs::write(
+        dir.join("index.html"),
+        html::index(&format!("sluice-bench {}", r.scenario), "", &one),
+    )?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@ fn f(v: f64) -> String {
 }
 
 /// Header and rows of the main table; `wide` keeps every column.
-fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
+pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
     if !r.scale.is_empty() {
         let head = vec![
             "peer",

@@ -246,8 +246,8 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         up_hold: up,
         down_hold: down,
         duration,
-        low: 5,
-        high: 7,
+        low: c.replicas.map_or(5, |r| r.0),
+        high: c.replicas.map_or(7, |r| r.1),
         removal: c.removal,
         gap,
         stop: c.stop,
@@ -257,7 +257,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
     env.proto = proto;
     let setup = super::RunSetup {
         variant: variant.clone(),
-        pods: 5,
+        pods: plan.low,
         body_size: 1024,
         load: LoadSpec {
             addrs: Vec::new(),
@@ -270,8 +270,8 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
             timeout: c.timeout,
             keep_alive: true,
         },
-        tls: (TlsVersion::Any, true),
-        churn: with_churn.then_some(plan),
+        tls: (c.tls_version.unwrap_or(TlsVersion::Any), true),
+        churn: with_churn.then_some(plan.clone()),
         wrk_threads: None,
         attack: None,
         proxy_cores: c.proxy_cores,
@@ -294,8 +294,8 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
     ));
     if with_churn {
         settings.insert("churn".into(), format!(
-            "5→7 replicas at {:.1}s, hold {:.1}s at 7, back to 5, hold {:.1}s at 5, repeat (published: 12 s / 10 s)",
-            plan_start(q), up.as_secs_f64(), down.as_secs_f64()
+            "{low}→{high} replicas at {:.1}s, hold {:.1}s at {high}, back to {low}, hold {:.1}s at {low}, repeat (published: 5→7, 12 s / 10 s)",
+            plan_start(q), up.as_secs_f64(), down.as_secs_f64(), low = plan.low, high = plan.high
         ));
         settings.insert("removal".into(), format!(
             "{:?}: {} (gap {:.1}s)",

@@ -5,6 +5,7 @@ pub mod abuse;
 pub mod capacity;
 pub mod churn;
 pub mod scale;
+pub mod seed;
 pub mod validate;
 
 use std::sync::Arc;
@@ -403,6 +404,12 @@ pub struct Common {
     pub rounds: usize,
     /// Capacity scenarios: wrk with this many threads as the load generator instead of ours.
     pub wrk_threads: Option<usize>,
+    /// Threads of the load generator (wrk's `-t` where a seed asks for wrk).
+    pub load_threads: usize,
+    /// Churn: replicas at rest and after a scale-up (default 5 and 7).
+    pub replicas: Option<(usize, usize)>,
+    /// Churn: the TLS versions the load offers (default any).
+    pub tls_version: Option<crate::load::TlsVersion>,
     /// Abuse: the attacks to run (default all).
     pub attacks: Option<Vec<crate::load::attack::Attack>>,
     /// Abuse: attacker connections per attack.
