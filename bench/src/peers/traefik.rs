@@ -67,6 +67,17 @@ pub struct KubeAccess {
 /// provider (and in controller mode the Kubernetes Ingress provider), and upstream keep-alive
 /// and timeouts as the other peers have them.
 fn static_config(dir: &Path, port: u16, api: SocketAddr, kube: Option<&KubeAccess>) -> String {
+    let file = format!("filename: {}/dynamic.yml", dir.display());
+    static_config_with(dir, (port, api), kube, &file)
+}
+
+/// [`static_config`] with the file provider's source given (`filename: F` or `directory: D`).
+fn static_config_with(
+    dir: &Path,
+    (port, api): (u16, SocketAddr),
+    kube: Option<&KubeAccess>,
+    file: &str,
+) -> String {
     let d = dir.display();
     // `SLUICE_BENCH_TRAEFIK_LOG=DEBUG` to see what it does (kept in the run's logs/).
     let level = std::env::var("SLUICE_BENCH_TRAEFIK_LOG").unwrap_or_else(|_| "ERROR".into());
@@ -85,7 +96,7 @@ fn static_config(dir: &Path, port: u16, api: SocketAddr, kube: Option<&KubeAcces
          respondingTimeouts:\n        readTimeout: 0s\n        idleTimeout: {CLIENT_IDLE_S}s\n      \
          lifeCycle:\n        graceTimeOut: 1s\n  traefik:\n    address: \"{api}\"\n\
          api:\n  insecure: true\n  dashboard: false\n\
-         providers:\n  providersThrottleDuration: {THROTTLE}\n{ingress}  file:\n    filename: {d}/dynamic.yml\n    watch: true\n\
+         providers:\n  providersThrottleDuration: {THROTTLE}\n{ingress}  file:\n    {file}\n    watch: true\n\
          serversTransport:\n  maxIdleConnsPerHost: {UPSTREAM_KEEPALIVE}\n  forwardingTimeouts:\n    \
          dialTimeout: {CONNECT_TIMEOUT_S}s\n    responseHeaderTimeout: {READ_TIMEOUT_S}s\n    idleConnTimeout: 60s\n"
     )
@@ -239,6 +250,42 @@ fn spawn(
         });
     let proc = Proc::spawn(bin, &args, dir, &envs, env.cpus.as_deref())?;
     Ok((proc, version))
+}
+
+/// Starts Traefik for the scale scenario: plain HTTP on `port`, its file provider watching the
+/// directory `dir/dynamic` (one large file for every Ingress but the first, one small file for
+/// the first, which each change rewrites).
+pub fn spawn_for_scale(env: &PeerEnv, dir: &Path, port: u16) -> Result<Proc, String> {
+    let bin = binary(env).ok_or("traefik not built")?;
+    let api = SocketAddr::from((
+        [127, 0, 0, 1],
+        super::free_port().map_err(|e| e.to_string())?,
+    ));
+    let file = format!("directory: {}/dynamic", dir.display());
+    let cfg = static_config_with(dir, (port, api), None, &file);
+    super::write(&dir.join("traefik.yml"), &cfg).map_err(|e| e.to_string())?;
+    let envs = [
+        ("GOMAXPROCS", env.workers.to_string()),
+        ("HOME", dir.display().to_string()),
+    ];
+    let args = vec![format!(
+        "--configFile={}",
+        dir.join("traefik.yml").display()
+    )];
+    Proc::spawn(&bin, &args, dir, &envs, env.cpus.as_deref()).map_err(|e| e.to_string())
+}
+
+/// One router (`Host(host)`) and its service with `eps`, as dynamic-configuration YAML lines
+/// (under `http:`'s `routers:` and `services:`), for the scale scenario's files.
+pub fn scale_route(name: &str, host: &str, eps: &[SocketAddr]) -> (String, String) {
+    let router = format!(
+        "    {name}:\n      entryPoints: [bench]\n      rule: \"Host(`{host}`)\"\n      service: {name}\n"
+    );
+    let mut service = format!("    {name}:\n      loadBalancer:\n        servers:\n");
+    for a in eps {
+        let _ = writeln!(service, "          - url: \"http://{a}\"");
+    }
+    (router, service)
 }
 
 /// Starts Traefik in controller mode: its Kubernetes Ingress provider watching the API server

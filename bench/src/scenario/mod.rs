@@ -66,6 +66,7 @@ impl Scenario {
                 PeerKind::Sluice,
                 PeerKind::NginxReload,
                 PeerKind::HaproxyReload,
+                PeerKind::Traefik,
             ],
             Scenario::Validate => vec![PeerKind::Direct, PeerKind::Sluice],
             // One of each server (the reload and runtime variants differ only in how they
@@ -75,6 +76,7 @@ impl Scenario {
                 PeerKind::NginxReload,
                 PeerKind::HaproxyReload,
                 PeerKind::Caddy,
+                PeerKind::Traefik,
             ],
             _ => PeerKind::ALL.to_vec(),
         }

@@ -282,6 +282,39 @@ fn haproxy_conf(
     (s, map)
 }
 
+/// Traefik's dynamic files: `rest.yml` with every Ingress but the first (written once) and
+/// `first.yml` with the first (rewritten on every change); Traefik re-reads the directory.
+fn traefik_files(
+    dir: &Path,
+    n: usize,
+    first: &[SocketAddr],
+    ab: &[SocketAddr],
+) -> std::io::Result<u64> {
+    use crate::peers::traefik::scale_route;
+    let d = dir.join("dynamic");
+    std::fs::create_dir_all(&d)?;
+    let mut bytes = 0;
+    let rest = d.join("rest.yml");
+    if n > 1 && !rest.exists() {
+        let (mut routers, mut services) = (String::new(), String::new());
+        for i in 1..n {
+            let (r, s) = scale_route(&format!("r{i}"), &host(i), ab);
+            routers.push_str(&r);
+            services.push_str(&s);
+        }
+        bytes += write_file(
+            &rest,
+            &format!("http:\n  routers:\n{routers}  services:\n{services}"),
+        )?;
+    }
+    let (r, s) = scale_route("r0", &host(0), first);
+    bytes += write_file(
+        &d.join("first.yml"),
+        &format!("http:\n  routers:\n{r}  services:\n{s}"),
+    )?;
+    Ok(bytes)
+}
+
 /// Runs the scale scenario.
 pub async fn run(c: &Common) -> Report {
     let sizes = c.ingresses.clone().unwrap_or(if c.quick {
@@ -308,13 +341,16 @@ pub async fn run(c: &Common) -> Report {
             }
             let supported = matches!(
                 kind,
-                PeerKind::Sluice | PeerKind::NginxReload | PeerKind::HaproxyReload
+                PeerKind::Sluice
+                    | PeerKind::NginxReload
+                    | PeerKind::HaproxyReload
+                    | PeerKind::Traefik
             );
             let why = if supported {
                 kind.unavailable(env)
             } else {
                 Some(
-                    "scale compares sluice with the reload peers (nginx-reload, haproxy-reload)"
+                    "scale compares sluice with the reload peers (nginx-reload, haproxy-reload) and traefik"
                         .into(),
                 )
             };
@@ -348,6 +384,18 @@ pub async fn run(c: &Common) -> Report {
                             Proc::spawn(&bin, &args, d, &[], cpus.as_deref())
                                 .map_err(|e| e.to_string())
                         },
+                        &|_, _| Ok(()),
+                    )
+                    .await
+                }
+                PeerKind::Traefik => {
+                    measure(
+                        kind,
+                        env,
+                        n,
+                        &bk,
+                        &|d, n, first, _| traefik_files(d, n, first, &ab),
+                        &|d, port| crate::peers::traefik::spawn_for_scale(env, d, port),
                         &|_, _| Ok(()),
                     )
                     .await
@@ -429,7 +477,7 @@ pub async fn run(c: &Common) -> Report {
     }
     let mut settings = BTreeMap::new();
     settings.insert("sizes".into(), format!("{sizes:?} Ingresses, each with its own host, Service and 2-endpoint EndpointSlice (nginx: a server block and an upstream each; HAProxy: a backend each, host → backend map)"));
-    settings.insert("change".into(), format!("{CHANGES} times: service 0's endpoints switched to another backend (sluice: its EndpointSlice file rewritten; nginx: config rewritten + nginx -s reload; HAProxy: config rewritten + USR2); timed until a new connection to host 0 is answered by the new backend"));
+    settings.insert("change".into(), format!("{CHANGES} times: service 0's endpoints switched to another backend (sluice: its EndpointSlice file rewritten; nginx: config rewritten + nginx -s reload; HAProxy: config rewritten + USR2; Traefik: the small file of the first Ingress rewritten in its watched directory); timed until a new connection to host 0 is answered by the new backend"));
     settings.insert("protocol".into(), "plain HTTP".into());
     Report {
         scenario: "scale".into(),

@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn ratios_are_to_the_first_row_on_each_side_and_unpublished_peers_are_listed() {
-        let seed = find("community").map(|s| *s);
+        let seed = find("community").copied();
         let Some(seed) = seed else {
             panic!("community seed")
         };
@@ -490,7 +490,10 @@ mod tests {
         assert!(row("| direct to the backend").ends_with("| 200000.0 | 0 | 1.000 |"));
         // NGINX Inc: 37k / 212k published; 50k / 200k ours.
         let nginx = row("| NGINX Inc");
-        assert!(nginx.contains("| 0.175 |") && nginx.ends_with("| 0.250 |"), "{nginx}");
+        assert!(
+            nginx.contains("| 0.175 |") && nginx.ends_with("| 0.250 |"),
+            "{nginx}"
+        );
         assert!(row("| Traefik").contains("| not run |"));
         assert!(row("| ingress-nginx").contains("| not run |"));
         let ours = table
