@@ -56,6 +56,9 @@ enum Cmd {
     Load(LoadArgs),
     /// Start demo backends on 127.0.0.1:P, P+1, ... until Ctrl-C.
     Backends(BackendsArgs),
+    /// Run one attack of the abuse scenario against a target (what `abuse` starts, as a
+    /// process of its own, beside its load).
+    Attack(AttackArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -260,6 +263,35 @@ struct LoadArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+struct AttackArgs {
+    /// The attack (none, h2-preface-hold, h2-idle, h1-slowloris, slow-reader, max-heads,
+    /// upgrade-flood, rapid-reset).
+    #[arg(long)]
+    attack: String,
+    /// Where (loopback or an address of a network namespace you made: do not attack others).
+    #[arg(long)]
+    target: SocketAddr,
+    /// `Host` / `:authority` and TLS server name.
+    #[arg(long, default_value = "bench.local")]
+    host: String,
+    /// Attack over TLS (certificate not checked).
+    #[arg(long)]
+    tls: bool,
+    /// Attacker connections.
+    #[arg(long, default_value_t = 500)]
+    connections: usize,
+    /// Seconds to wait before attacking.
+    #[arg(long, default_value_t = 0.0)]
+    after: f64,
+    /// Seconds from the start until every attacker connection is dropped.
+    #[arg(long, default_value_t = 10.0)]
+    until: f64,
+    /// Write what happened to the attackers as JSON here (else it is printed).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
 struct BackendsArgs {
     /// How many.
     #[arg(long, default_value_t = 5)]
@@ -278,6 +310,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Load(a) => runtime(a.threads.unwrap_or_else(sys::cpu_count))?.block_on(load_cmd(a)),
         Cmd::Backends(a) => runtime(1)?.block_on(backends_cmd(a)),
+        Cmd::Attack(a) => runtime(1)?.block_on(attack_cmd(a)),
         Cmd::Churn(a) => scenario_main(Job::Scenario(Scenario::Churn), a, nofile),
         Cmd::Static(a) => scenario_main(Job::Scenario(Scenario::Static), a, nofile),
         Cmd::Rps(a) => scenario_main(Job::Scenario(Scenario::Rps), a, nofile),
@@ -298,6 +331,35 @@ fn main() -> Result<()> {
             }
         },
     }
+}
+
+async fn attack_cmd(a: AttackArgs) -> Result<()> {
+    let attack =
+        Attack::parse(&a.attack).with_context(|| format!("unknown attack {:?}", a.attack))?;
+    let tls = a.tls.then(|| TlsSpec {
+        version: TlsVersion::Any,
+        verify: Verify::Insecure,
+        resumption: false,
+        server_name: a.host.clone(),
+    });
+    let connector = sluice_bench::load::attack::connector(attack, a.target, tls.as_ref())?;
+    let now = tokio::time::Instant::now();
+    let report = sluice_bench::load::attack::run(sluice_bench::load::attack::AttackSpec {
+        attack,
+        connections: a.connections,
+        connector,
+        host: a.host,
+        tls: a.tls,
+        start: now + Duration::from_secs_f64(a.after),
+        end: now + Duration::from_secs_f64(a.until),
+    })
+    .await;
+    let json = serde_json::to_string_pretty(&report)?;
+    match a.json {
+        Some(p) => std::fs::write(&p, json).with_context(|| format!("writing {}", p.display()))?,
+        None => println!("{json}"),
+    }
+    Ok(())
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
@@ -134,7 +133,7 @@ pub struct AttackSpec {
 }
 
 /// What happened to the attackers.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttackReport {
     /// Attacker connections configured.
     pub connections: usize,
@@ -188,9 +187,28 @@ struct Counters {
     streams: AtomicU64,
 }
 
-/// Concurrent connection attempts (the attackers arrive fast, not all in one instant, which
-/// would only measure the listen backlog).
-const CONNECTING: usize = 64;
+/// The connector an attack's connections use: `target`, with TLS (certificate not checked)
+/// offering the attack's ALPN when `tls` is given, and a small receive buffer for the slow
+/// reader.
+pub fn connector(
+    a: Attack,
+    target: std::net::SocketAddr,
+    tls: Option<&super::TlsSpec>,
+) -> Result<Arc<Connector>, super::conn::TlsConfigError> {
+    let alpn: &[&[u8]] = if a.is_h2() { &[b"h2"] } else { &[b"http/1.1"] };
+    let mut c = Connector::with_alpn(vec![target], tls, alpn)?;
+    if a == Attack::SlowReader {
+        c = c.with_recv_buffer(4096);
+    }
+    Ok(Arc::new(c))
+}
+
+/// The attackers' first connections are spread evenly over this long (500 attackers: one every
+/// 2 ms), the same pace against every peer. Opening them as fast as each peer completes
+/// handshakes instead made the attacker's own CPU burst — on the core the load generator and
+/// the backends share — shortest and sharpest against the fastest peer, and that burst, not
+/// the peer, showed up in its legitimate p99.
+const RAMP: Duration = Duration::from_secs(1);
 /// Pause before an attacker whose connection was closed (or refused) tries again.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -201,12 +219,15 @@ pub async fn run(spec: AttackSpec) -> AttackReport {
     if spec.attack == Attack::None {
         return AttackReport::default();
     }
-    sleep_until(spec.start).await;
-    let gate = Arc::new(Semaphore::new(CONNECTING));
     let mut set = JoinSet::new();
-    for _ in 0..spec.connections {
-        let (spec, counters, gate) = (Arc::clone(&spec), Arc::clone(&counters), Arc::clone(&gate));
-        set.spawn(attacker(spec, counters, gate));
+    let n = u32::try_from(spec.connections.max(1)).unwrap_or(u32::MAX);
+    for i in 0..n {
+        let (spec, counters) = (Arc::clone(&spec), Arc::clone(&counters));
+        let first = spec.start + RAMP * i / n;
+        set.spawn(async move {
+            sleep_until(first).await;
+            attacker(spec, counters).await;
+        });
     }
     sleep_until(spec.end).await;
     set.abort_all();
@@ -229,16 +250,12 @@ pub async fn run(spec: AttackSpec) -> AttackReport {
 }
 
 /// One attacker: connect, attack until the server closes, pause, again — until the end.
-async fn attacker(spec: Arc<AttackSpec>, c: Arc<Counters>, gate: Arc<Semaphore>) {
+async fn attacker(spec: Arc<AttackSpec>, c: Arc<Counters>) {
     while Instant::now() < spec.end {
-        let stream = {
-            let Ok(_turn) = gate.acquire().await else {
-                return;
-            };
-            spec.connector
-                .connect(Instant::now() + Duration::from_secs(5))
-                .await
-        };
+        let stream = spec
+            .connector
+            .connect(Instant::now() + Duration::from_secs(5))
+            .await;
         let Ok(stream) = stream else {
             c.connect_failed.fetch_add(1, Ordering::Relaxed);
             sleep(RETRY).await;

@@ -84,7 +84,7 @@ pub async fn run(c: &Common) -> Report {
     settings.insert(
         "attackers".into(),
         format!(
-            "{attackers} connections per attack (rapid reset {}, slow reader {}), from {} s into the load to its end; a closed attacker reconnects after 100 ms, at most 64 connecting at once",
+            "{attackers} connections per attack (rapid reset {}, slow reader {}), from {} s into the load to its end; the first connections spread evenly over 1 s, a closed attacker reconnecting after 100 ms; the attackers run as a process of their own",
             Attack::RapidReset.connections(attackers),
             Attack::SlowReader.connections(attackers),
             ATTACK_AFTER.as_secs()

@@ -245,17 +245,9 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     } else {
         setup.churn.as_ref()
     };
-    let attack = match setup.attack {
-        Some((a, n, after)) if kind != PeerKind::Direct => match attack_connector(a, &peer) {
-            Ok(c) => Some((a, n, after, c)),
-            Err(e) => {
-                return PeerResult::skipped(name, &setup.variant, format!("attack: {e}"));
-            }
-        },
-        _ => None,
-    };
+    let attack = setup.attack.filter(|_| kind != PeerKind::Direct);
     let tls = peer.proto == crate::peers::Proto::Https;
-    let duration = spec.duration;
+    let (target, duration) = (peer.target, spec.duration);
     let driver = async {
         let Ok(t0) = rx.await else {
             return (Usage::start(pid), Vec::new(), None);
@@ -263,17 +255,10 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         // CPU is counted from the measured start, after the connections were opened.
         let usage = Usage::start(pid);
         let attacking = async {
-            let (a, n, after, connector) = attack?;
-            let spec = crate::load::attack::AttackSpec {
-                attack: a,
-                connections: n,
-                connector,
-                host: HOST.into(),
-                tls,
-                start: t0 + after,
-                end: t0 + duration,
-            };
-            Some((a, crate::load::attack::run(spec).await))
+            let (a, n, after) = attack?;
+            let until = (t0 + duration).saturating_duration_since(tokio::time::Instant::now());
+            let after = (t0 + after).saturating_duration_since(tokio::time::Instant::now());
+            Some((a, attack_process(a, n, (target, tls), (after, until)).await))
         };
         let churning = async {
             match churn {
@@ -304,8 +289,10 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
             }
         })
         .collect();
-    if let Some((a, report)) = attacked.as_ref().filter(|(a, _)| *a != Attack::None) {
-        notes.push(report.summary(*a));
+    match attacked.as_ref().filter(|(a, _)| *a != Attack::None) {
+        Some((a, Ok(report))) => notes.push(report.summary(*a)),
+        Some((a, Err(e))) => notes.push(format!("attack {}: {e}", a.name())),
+        None => {}
     }
     term.finish().await;
     let changes = peer.changes;
@@ -356,19 +343,56 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     r
 }
 
-/// The connector an attack's connections use: the peer's target, its TLS (certificate not
-/// checked) with the attack's ALPN, a small receive buffer for the slow reader.
-fn attack_connector(
+/// Runs an attack as a process of its own (`sluice-bench attack`, inheriting this process's
+/// CPU pinning), so that the attackers are scheduled by the kernel beside the load generator,
+/// as a separate attacker would be, instead of queueing in the generator's own runtime.
+async fn attack_process(
     a: Attack,
-    peer: &Peer,
-) -> Result<Arc<crate::load::Connector>, crate::load::conn::TlsConfigError> {
-    let tls = peer.tls(load::TlsVersion::Any, false);
-    let alpn: &[&[u8]] = if a.is_h2() { &[b"h2"] } else { &[b"http/1.1"] };
-    let mut c = crate::load::Connector::with_alpn(vec![peer.target], tls.as_ref(), alpn)?;
-    if a == Attack::SlowReader {
-        c = c.with_recv_buffer(4096);
+    n: usize,
+    (target, tls): (std::net::SocketAddr, bool),
+    (after, until): (Duration, Duration),
+) -> Result<crate::load::attack::AttackReport, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out = tempfile::Builder::new()
+        .prefix("sluice-bench-attack-")
+        .suffix(".json")
+        .tempfile()
+        .map_err(|e| format!("temp file: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(["attack", "--attack", a.name(), "--host", HOST])
+        .arg("--target")
+        .arg(target.to_string())
+        .arg("--connections")
+        .arg(n.to_string())
+        .arg("--after")
+        .arg(after.as_secs_f64().to_string())
+        .arg("--until")
+        .arg(until.as_secs_f64().to_string())
+        .arg("--json")
+        .arg(out.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if tls {
+        cmd.arg("--tls");
     }
-    Ok(Arc::new(c))
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the attacker: {e}"))?;
+    let done = tokio::time::timeout(until + Duration::from_secs(15), child.wait_with_output())
+        .await
+        .map_err(|_| "the attacker did not exit".to_string())?
+        .map_err(|e| format!("the attacker: {e}"))?;
+    if !done.status.success() {
+        return Err(format!(
+            "the attacker failed ({}): {}",
+            done.status,
+            String::from_utf8_lossy(&done.stderr).trim()
+        ));
+    }
+    let json = std::fs::read_to_string(out.path()).map_err(|e| format!("attacker report: {e}"))?;
+    serde_json::from_str(&json).map_err(|e| format!("attacker report: {e}"))
 }
 
 /// Options shared by the scenarios (from the command line).
