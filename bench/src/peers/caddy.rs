@@ -69,7 +69,7 @@ fn config(
         server["tls_connection_policies"] = json!([{
             "certificate_selection": {"any_tag": ["bench"]},
             "protocol_min": "tls1.2",
-            "alpn": ["http/1.1"]
+            "alpn": if http2 { json!(["h2", "http/1.1"]) } else { json!(["http/1.1"]) }
         }]);
         apps["tls"] = json!({"certificates": {"load_files": [{
             "certificate": dir.join("cert.pem").display().to_string(),
