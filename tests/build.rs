@@ -7,6 +7,7 @@
 //! | `no_kubectl` | `$KUBECTL`, else `kubectl` on `PATH`, does not run | kustomize renders |
 //! | `no_helm` | `$HELM`, else `helm` on `PATH` or in `~/go/bin`, does not run | chart renders |
 //! | `no_prometheus_parser` | neither `python3` nor `/usr/bin/python3` imports `prometheus_client.openmetrics.parser` (Debian: `python3-prometheus-client`) | `/metrics` parse |
+//! | `no_chromium` | none of `chromium`, `chromium-browser`, `google-chrome` on `PATH` runs `--version` | the benchmark report page loaded in a browser |
 //! | `no_real_apiserver` | not root, no `unshare`/`ip`, or `target/kube-apiserver/kube-apiserver` not built (`tests/kube-apiserver/build.sh`) | the controller suite against a real kube-apiserver |
 //!
 //! The script runs again when `PATH`, `KUBECTL`, `HELM` or a `PATH` directory changes (a tool was
@@ -38,6 +39,7 @@ fn main() {
         "no_helm",
         "no_prometheus_parser",
         "no_real_apiserver",
+        "no_chromium",
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
@@ -77,6 +79,13 @@ fn main() {
     match python {
         Some(p) => println!("cargo::rustc-env=SLUICE_TEST_PYTHON={p}"),
         None => println!("cargo::rustc-cfg=no_prometheus_parser"),
+    }
+
+    if !["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .any(|b| runs(b, &["--version"]))
+    {
+        println!("cargo::rustc-cfg=no_chromium");
     }
 
     // The real kube-apiserver tier: the binary (watched through the directory build.sh writes,

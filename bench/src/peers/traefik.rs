@@ -226,30 +226,34 @@ fn spawn(
     api: SocketAddr,
     kube: Option<&KubeAccess>,
 ) -> Result<(Proc, Option<String>), PeerError> {
-    super::write(
-        &dir.join("traefik.yml"),
-        &static_config(dir, port, api, kube),
-    )?;
-    let d = dir.display().to_string();
-    let envs = [("GOMAXPROCS", env.workers.to_string()), ("HOME", d)];
-    let args = vec![format!(
-        "--configFile={}",
-        dir.join("traefik.yml").display()
-    )];
-    let version = std::process::Command::new(bin)
+    let proc = launch(env, bin, dir, &static_config(dir, port, api, kube))?;
+    Ok((proc, version(bin)))
+}
+
+/// Writes `config` as `dir/traefik.yml` and starts Traefik on it, pinned and with
+/// `GOMAXPROCS` like the other peers (and `HOME` in `dir`, so no user configuration is read).
+fn launch(env: &PeerEnv, bin: &Path, dir: &Path, config: &str) -> Result<Proc, PeerError> {
+    let file = dir.join("traefik.yml");
+    super::write(&file, config)?;
+    let envs = [
+        ("GOMAXPROCS", env.workers.to_string()),
+        ("HOME", dir.display().to_string()),
+    ];
+    let args = vec![format!("--configFile={}", file.display())];
+    Ok(Proc::spawn(bin, &args, dir, &envs, env.cpus.as_deref())?)
+}
+
+/// What `traefik version` says its version is.
+fn version(bin: &Path) -> Option<String> {
+    let out = std::process::Command::new(bin)
         .arg("version")
         .output()
-        .ok()
-        .and_then(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            text.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("Version:")
-                    .map(|v| v.trim().to_string())
-            })
-        });
-    let proc = Proc::spawn(bin, &args, dir, &envs, env.cpus.as_deref())?;
-    Ok((proc, version))
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("Version:")
+            .map(|v| v.trim().to_string())
+    })
 }
 
 /// Starts Traefik for the scale scenario: plain HTTP on `port`, its file provider watching the
@@ -262,17 +266,8 @@ pub fn spawn_for_scale(env: &PeerEnv, dir: &Path, port: u16) -> Result<Proc, Str
         super::free_port().map_err(|e| e.to_string())?,
     ));
     let file = format!("directory: {}/dynamic", dir.display());
-    let cfg = static_config_with(dir, (port, api), None, &file);
-    super::write(&dir.join("traefik.yml"), &cfg).map_err(|e| e.to_string())?;
-    let envs = [
-        ("GOMAXPROCS", env.workers.to_string()),
-        ("HOME", dir.display().to_string()),
-    ];
-    let args = vec![format!(
-        "--configFile={}",
-        dir.join("traefik.yml").display()
-    )];
-    Proc::spawn(&bin, &args, dir, &envs, env.cpus.as_deref()).map_err(|e| e.to_string())
+    let config = static_config_with(dir, (port, api), None, &file);
+    launch(env, &bin, dir, &config).map_err(|e| e.to_string())
 }
 
 /// One router (`Host(host)`) and its service with `eps`, as dynamic-configuration YAML lines

@@ -4,19 +4,13 @@
 //!
 //! The page ends with a few lines of script that count the plots the browser laid out (an
 //! `<svg>` with a non-empty box and something drawn in it) into `data-plots` and
-//! `data-plots-drawn` on `<body>`; the report test loads the page in headless Chromium and
+//! `data-plots-drawn` on `<body>`; `tests/tests/report_page.rs` loads the page in headless Chromium and
 //! reads them back, so "the plots render" is checked by a browser, not assumed.
 
 use std::fmt::Write as _;
 
+use super::svg::esc;
 use super::{PeerResult, Report, svg, table};
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\
