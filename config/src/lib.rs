@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod behaviour;
 pub mod cidr;
 pub mod host;
 pub mod matcher;

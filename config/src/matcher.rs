@@ -39,6 +39,11 @@ pub enum RouteRef {
 struct PathTable {
     exact: Map,
     prefix: Map,
+    /// A host in regex mode (ingress-nginx's `use-regex`/`rewrite-target`): every route is a
+    /// case-insensitive expression anchored at the start, tried in ingress-nginx's order (path
+    /// text descending), the first match wins. The `regex` crate matches in time linear in the
+    /// request path, so a client cannot make this slow.
+    regex: Vec<(regex::Regex, u32)>,
     /// Longest exact path, in bytes: a longer request path cannot match one.
     max_exact: usize,
     /// Longest prefix, in bytes: no boundary past it can match.
@@ -47,6 +52,13 @@ struct PathTable {
 
 impl PathTable {
     fn lookup(&self, path: &str) -> Option<u32> {
+        if !self.regex.is_empty() {
+            return self
+                .regex
+                .iter()
+                .find(|(re, _)| re.is_match(path))
+                .map(|&(_, r)| r);
+        }
         if path.len() <= self.max_exact
             && let Some(&r) = self.exact.get(path)
         {
@@ -98,9 +110,17 @@ impl RouteIndex {
         for (vi, vh) in vhosts.iter().enumerate() {
             let vi = vi as u32;
             let mut table = PathTable::default();
+            let mut regex: Vec<(&str, regex::Regex, u32)> = Vec::new();
             for (ri, route) in vh.routes.iter().enumerate() {
                 let len = route.path.path.len();
                 let map = match route.path.kind {
+                    PathKind::Regex => {
+                        // Translation only keeps expressions that compile.
+                        if let Ok(re) = crate::annotations::traffic::path_regex(&route.path.path) {
+                            regex.push((&route.path.path, re, ri as u32));
+                        }
+                        continue;
+                    }
                     PathKind::Exact => {
                         table.max_exact = table.max_exact.max(len);
                         &mut table.exact
@@ -113,6 +133,8 @@ impl RouteIndex {
                 map.entry(route.path.path.clone().into_boxed_str())
                     .or_insert(ri as u32);
             }
+            regex.sort_by(|a, b| b.0.cmp(a.0));
+            table.regex = regex.into_iter().map(|(_, re, ri)| (re, ri)).collect();
             index.tables.push(table);
             match &vh.host {
                 HostMatch::Exact(h) => {

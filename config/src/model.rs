@@ -256,12 +256,18 @@ impl Default for NextUpstream {
 /// Per-route behaviour that comes from the Ingress the route was defined in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct RouteOptions {
-    /// Redirect plain-HTTP requests to HTTPS with 308 (only when the host has TLS).
+    /// Redirect plain-HTTP requests to HTTPS with 308 (only when the host has TLS, unless
+    /// `force-ssl-redirect` said so).
     pub ssl_redirect: bool,
+    /// `force-ssl-redirect`: redirect plain HTTP to HTTPS even when the host has no TLS
+    /// section (TLS terminated in front of sluice, or the default certificate).
+    pub force_ssl_redirect: bool,
     /// HSTS header on HTTPS responses.
     pub hsts: Option<Hsts>,
     /// Retry rules.
     pub next_upstream: NextUpstream,
+    /// Everything else the ingress-nginx annotations ask of a route.
+    pub edits: crate::behaviour::RouteEdits,
 }
 
 /// Path match type after translation; `ImplementationSpecific` is translated to `Prefix`.
@@ -271,6 +277,10 @@ pub enum PathKind {
     Exact,
     /// Element-wise prefix on `/`-separated elements.
     Prefix,
+    /// A regular expression matched case-insensitively from the start of the path
+    /// (ingress-nginx's `use-regex`, or a host where any Ingress uses `rewrite-target`). The
+    /// path holds the expression as written.
+    Regex,
 }
 
 /// A path match. Prefix paths are stored normalized (no trailing slash; `/` is stored as ``).
@@ -293,6 +303,8 @@ pub struct Route {
     pub source: ObjectRef,
     /// Per-Ingress options.
     pub options: RouteOptions,
+    /// A canary Ingress for the same host and path (ingress-nginx's `canary` annotations).
+    pub canary: Option<Box<crate::behaviour::Canary>>,
 }
 
 /// Which request hosts a virtual host serves.

@@ -34,7 +34,7 @@ pub fn parse_path(path: Option<&str>, path_type: &str) -> Result<PathMatch, Path
         return Err(PathError::NotAbsolute(raw.to_string()));
     }
     let path = match kind {
-        PathKind::Exact => raw.to_string(),
+        PathKind::Exact | PathKind::Regex => raw.to_string(),
         PathKind::Prefix => raw.trim_end_matches('/').to_string(),
     };
     Ok(PathMatch { kind, path })
@@ -47,6 +47,9 @@ pub fn path_matches(rule: &PathMatch, request: &str) -> bool {
         PathKind::Prefix => request
             .strip_prefix(rule.path.as_str())
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
+        PathKind::Regex => {
+            crate::annotations::traffic::path_regex(&rule.path).is_ok_and(|re| re.is_match(request))
+        }
     }
 }
 

@@ -14,6 +14,8 @@
 //! - A `tls` entry without `hosts` covers the hosts of its Ingress's rules.
 
 mod backend;
+mod canary;
+mod options;
 mod ownership;
 mod tls;
 
@@ -22,11 +24,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::annotations;
+use crate::annotations::{self, traffic};
 use crate::host::parse_rule_host;
 use crate::model::{
-    HostMatch, NextUpstream, ObjectRef, PathMatch, Problem, Route, RouteAction, RouteOptions,
-    Settings, Severity, VirtualHost,
+    HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity, VirtualHost,
 };
 use crate::path::parse_path;
 use crate::snapshot::{Snapshot, SnapshotParts};
@@ -187,81 +188,6 @@ fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
     (ts.is_none(), ts, ingress_ref(ing))
 }
 
-/// An Ingress that restricts access with annotations sluice does not enforce (source ranges,
-/// authentication, client certificates, rate limits) is not served open: every route of it
-/// answers 503, and the problem (an Error, so a Warning Event) names the annotations. An
-/// Ingress migrated from ingress-nginx must never become more exposed than it was.
-fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
-    let ann = ing.metadata.annotations.as_ref()?;
-    let found = annotations::unenforced_access(ann);
-    if found.is_empty() {
-        return None;
-    }
-    let msg = format!(
-        "access control sluice does not enforce yet ({}); its routes answer 503 instead of serving without it",
-        found.join(", ")
-    );
-    p.report(
-        Severity::Error,
-        "AccessControlNotEnforced",
-        src,
-        "metadata.annotations",
-        msg.clone(),
-    );
-    Some(RouteAction::Unavailable(msg))
-}
-
-/// Per-Ingress options from annotations; invalid annotations are reported and ignored.
-fn route_options(
-    ing: &Ingress,
-    src: &ObjectRef,
-    settings: &Settings,
-    p: &mut Problems,
-) -> RouteOptions {
-    let empty = BTreeMap::new();
-    let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
-    let ssl_redirect = match annotations::ssl_redirect(ann) {
-        Ok(v) => v.unwrap_or(settings.ssl_redirect),
-        Err(e) => {
-            p.invalid_annotation(src, &e);
-            settings.ssl_redirect
-        }
-    };
-    let hsts = match annotations::hsts(ann) {
-        Ok(v) => v,
-        Err(e) => {
-            p.invalid_annotation(src, &e);
-            None
-        }
-    };
-    let next_upstream = match annotations::next_upstream(ann) {
-        Ok((v, unsupported)) => {
-            if !unsupported.is_empty() {
-                p.report(
-                    Severity::Warning,
-                    "UnsupportedAnnotation",
-                    src,
-                    "metadata.annotations[nginx.ingress.kubernetes.io/proxy-next-upstream]",
-                    format!(
-                        "{} not acted on: sluice retries on connection errors only (a timed-out or answered attempt is final)",
-                        unsupported.join(", ")
-                    ),
-                );
-            }
-            v
-        }
-        Err(e) => {
-            p.invalid_annotation(src, &e);
-            NextUpstream::default()
-        }
-    };
-    RouteOptions {
-        ssl_redirect,
-        hsts,
-        next_upstream,
-    }
-}
-
 /// Translates the world into a snapshot. Never panics; every problem is reported in
 /// [`Snapshot::problems`] and only the bad piece is dropped (or answers 503).
 pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
@@ -283,16 +209,41 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     );
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
+    // Canary paths wait for every main route; regex hosts are rewritten once all is read.
+    let mut canaries = Vec::new();
+    let mut regex_hosts = std::collections::BTreeSet::new();
+    let mut written: BTreeMap<(HostMatch, PathMatch), (String, String)> = BTreeMap::new();
 
     for ing in &ours {
         let src = ingress_ref(ing);
         let Some(spec) = ing.spec.as_ref() else {
             continue;
         };
-        let options = route_options(ing, &src, &opts.settings, &mut problems);
+        options::review_problem(ing, &src, &mut problems);
+        let canary_rules = match traffic::canary(options::annotations_of(ing)) {
+            Ok(c) => c,
+            Err(e) => {
+                // A canary whose rules cannot be read must not take the main route's traffic.
+                problems.invalid_annotation(&src, &e);
+                problems.report(
+                    Severity::Error,
+                    "InvalidCanary",
+                    &src,
+                    "metadata.annotations",
+                    "canary rules unreadable; this Ingress is ignored",
+                );
+                continue;
+            }
+        };
+        let options = options::route_options(ing, &src, &opts.settings, &mut problems);
+        let regex = options::wants_regex(ing);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
-        let locked = fail_closed(ing, &src, &mut problems);
-        if let Some(db) = &spec.default_backend {
+        let locked = options::fail_closed(ing, &src, &mut problems);
+        if let Some(db) = spec
+            .default_backend
+            .as_ref()
+            .filter(|_| canary_rules.is_none())
+        {
             if let Some(existing) = &default_backend {
                 problems.report(
                     Severity::Warning,
@@ -317,8 +268,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     source: src.clone(),
                     options: RouteOptions {
                         ssl_redirect: false,
+                        force_ssl_redirect: false,
                         ..options.clone()
                     },
+                    canary: None,
                 });
             }
         }
@@ -377,6 +330,29 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         continue;
                     }
                 };
+                if let Some(rules) = &canary_rules {
+                    let action = locked.clone().unwrap_or_else(|| {
+                        backends.resolve(
+                            &src,
+                            &format!("{field}.backend"),
+                            &p.backend,
+                            &pool,
+                            &mut problems,
+                        )
+                    });
+                    canaries.push(canary::PendingCanary {
+                        host: host.clone(),
+                        path,
+                        field,
+                        action,
+                        source: src.clone(),
+                        rules: rules.clone(),
+                    });
+                    continue;
+                }
+                if regex {
+                    regex_hosts.insert(host.clone());
+                }
                 let routes = hosts.entry(host.clone()).or_default();
                 if let Some(existing) = routes.get(&path) {
                     problems.report(
@@ -404,6 +380,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 });
                 let mut route_opts = options.clone();
                 route_opts.ssl_redirect &= tls.covers(&host);
+                written.insert(
+                    (host.clone(), path.clone()),
+                    (p.path.clone().unwrap_or_else(|| "/".to_string()), field),
+                );
                 routes.insert(
                     path.clone(),
                     Route {
@@ -411,12 +391,20 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         action,
                         source: src.clone(),
                         options: route_opts,
+                        canary: None,
                     },
                 );
             }
         }
     }
 
+    canary::attach(&mut hosts, canaries, &mut problems);
+    for host in &regex_hosts {
+        if let Some(routes) = hosts.remove(host) {
+            let routes = canary::regex_routes(host, routes, &written, &mut problems);
+            hosts.insert(host.clone(), routes);
+        }
+    }
     let virtual_hosts = hosts
         .into_iter()
         .filter(|(_, routes)| !routes.is_empty())
@@ -454,3 +442,5 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_traffic;

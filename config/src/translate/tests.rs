@@ -39,7 +39,7 @@ fn ingress_at(ns: &str, name: &str, ts: &str, spec: Value) -> Ingress {
 }
 
 /// An Ingress of class `sluice` with one rule.
-fn simple(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> Ingress {
+pub(crate) fn simple(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> Ingress {
     let paths: Vec<Value> = paths
         .iter()
         .map(|(path, ty, svc)| json!({"path": path, "pathType": ty, "backend": {"service": {"name": svc, "port": {"number": 80}}}}))
@@ -68,7 +68,7 @@ pub(crate) fn slice(
     }))
 }
 
-fn base_world() -> World {
+pub(crate) fn base_world() -> World {
     let mut w = World::new();
     w.put_ingress_class(class("sluice", DEFAULT_CONTROLLER_NAME, false));
     for svc in ["a", "b", "c", "d"] {
@@ -81,12 +81,12 @@ fn base_world() -> World {
     w
 }
 
-fn opts() -> TranslateOptions {
+pub(crate) fn opts() -> TranslateOptions {
     TranslateOptions::default()
 }
 
 /// Which Service answers, `None` for 404.
-fn hit(s: &Snapshot, host: &str, path: &str) -> Option<String> {
+pub(crate) fn hit(s: &Snapshot, host: &str, path: &str) -> Option<String> {
     s.route(host, path).map(|r| match &r.action {
         RouteAction::Cluster(k) => k.service.clone(),
         RouteAction::Unavailable(m) => format!("503:{m}"),

@@ -6,6 +6,21 @@ use std::collections::BTreeMap;
 
 use crate::model::{BalancePolicy, HashKey, Hsts, NextUpstream, UpstreamProtocol};
 
+/// Both spellings of an annotation, `sluice.dev/` first (it wins when both are present).
+macro_rules! both {
+    ($n:literal) => {
+        [
+            concat!("sluice.dev/", $n),
+            concat!("nginx.ingress.kubernetes.io/", $n),
+        ]
+    };
+}
+pub(crate) use both;
+
+pub mod catalog;
+pub mod review;
+pub mod traffic;
+
 /// The legacy class annotation.
 pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";
 /// Marks an IngressClass as the cluster default.
@@ -60,7 +75,10 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
             };
             matches!(
                 name,
-                "whitelist-source-range" | "allowlist-source-range" | "denylist-source-range"
+                "whitelist-source-range"
+                    | "allowlist-source-range"
+                    | "denylist-source-range"
+                    | "satisfy"
             ) || name.starts_with("auth-")
                 || name.starts_with("limit-")
         })

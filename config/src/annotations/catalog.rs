@@ -1,0 +1,428 @@
+//! Every ingress-nginx annotation and what sluice does with it: the one table that `sluice
+//! check`, the controller's Warning Events and the README's migration table are all made from,
+//! so they cannot disagree. A test keeps the README's copy equal to [`markdown_table`].
+
+use std::fmt::Write as _;
+
+/// What sluice does with an annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Support {
+    /// Behaves as ingress-nginx documents it.
+    Honoured,
+    /// Understood, with a difference the note states.
+    Differs,
+    /// Not acted on: the Ingress is served as if the annotation were absent.
+    Unsupported,
+    /// Never executed (raw nginx configuration); reported as a Warning.
+    Refused,
+    /// Access control sluice does not enforce yet: the Ingress's routes answer 503 instead of
+    /// serving without it.
+    FailsClosed,
+}
+
+impl Support {
+    /// The word `sluice check` and the README use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Support::Honoured => "honoured",
+            Support::Differs => "differs",
+            Support::Unsupported => "unsupported",
+            Support::Refused => "refused",
+            Support::FailsClosed => "fails closed",
+        }
+    }
+
+    /// Whether an Ingress using it behaves differently enough that a migration must look.
+    pub fn blocks_migration(self) -> bool {
+        matches!(
+            self,
+            Support::Unsupported | Support::Refused | Support::FailsClosed
+        )
+    }
+}
+
+/// One annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The name after the prefix, e.g. `rewrite-target`.
+    pub name: &'static str,
+    /// Whether ingress-nginx has it (`false`: a `sluice.dev/`-only annotation).
+    pub nginx: bool,
+    /// What sluice does.
+    pub support: Support,
+    /// How it differs, or why it is not supported.
+    pub note: &'static str,
+}
+
+const fn e(name: &'static str, support: Support, note: &'static str) -> Entry {
+    Entry {
+        name,
+        nginx: true,
+        support,
+        note,
+    }
+}
+
+use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
+
+const NOT_YET: &str = "not implemented yet (migration issue, part 1)";
+const ACCESS: &str =
+    "enforcement comes with the access-control issue; until then the Ingress answers 503";
+const SNIPPET: &str = "raw nginx configuration is never executed; use the typed annotations";
+const NGINX_ONLY: &str = "an nginx tuning knob with no counterpart in sluice";
+
+/// The catalog, sorted by name.
+pub const CATALOG: &[Entry] = &[
+    e("affinity", Unsupported, NOT_YET),
+    e("affinity-canary-behavior", Unsupported, NOT_YET),
+    e("affinity-mode", Unsupported, NOT_YET),
+    e("allowlist-source-range", FailsClosed, ACCESS),
+    e("app-root", Honoured, ""),
+    e("auth-always-set-cookie", FailsClosed, ACCESS),
+    e("auth-cache-duration", FailsClosed, ACCESS),
+    e("auth-cache-key", FailsClosed, ACCESS),
+    e("auth-keepalive", FailsClosed, ACCESS),
+    e("auth-method", FailsClosed, ACCESS),
+    e("auth-proxy-set-headers", FailsClosed, ACCESS),
+    e("auth-realm", FailsClosed, ACCESS),
+    e("auth-request-redirect", FailsClosed, ACCESS),
+    e("auth-response-headers", FailsClosed, ACCESS),
+    e("auth-secret", FailsClosed, ACCESS),
+    e("auth-secret-type", FailsClosed, ACCESS),
+    e("auth-signin", FailsClosed, ACCESS),
+    e("auth-signin-redirect-param", FailsClosed, ACCESS),
+    e("auth-snippet", FailsClosed, ACCESS),
+    e("auth-tls-error-page", FailsClosed, ACCESS),
+    e("auth-tls-match-cn", FailsClosed, ACCESS),
+    e("auth-tls-pass-certificate-to-upstream", FailsClosed, ACCESS),
+    e("auth-tls-secret", FailsClosed, ACCESS),
+    e("auth-tls-verify-client", FailsClosed, ACCESS),
+    e("auth-tls-verify-depth", FailsClosed, ACCESS),
+    e("auth-type", FailsClosed, ACCESS),
+    e("auth-url", FailsClosed, ACCESS),
+    e(
+        "backend-protocol",
+        Differs,
+        "HTTP, HTTPS, GRPC and H2C; GRPCS, AJP and FCGI are invalid",
+    ),
+    e("canary", Honoured, "weights change without a reload"),
+    e("canary-by-cookie", Honoured, ""),
+    e("canary-by-header", Honoured, ""),
+    e(
+        "canary-by-header-pattern",
+        Differs,
+        "Rust regex syntax: no look-around or back-references (such a pattern is invalid)",
+    ),
+    e("canary-by-header-value", Honoured, ""),
+    e("canary-weight", Honoured, ""),
+    e("canary-weight-total", Honoured, ""),
+    e(
+        "client-body-buffer-size",
+        Differs,
+        "bodies are streamed, never buffered to disk",
+    ),
+    e("configuration-snippet", Refused, SNIPPET),
+    e("connection-proxy-header", Unsupported, NGINX_ONLY),
+    e("cors-allow-credentials", Unsupported, NOT_YET),
+    e("cors-allow-headers", Unsupported, NOT_YET),
+    e("cors-allow-methods", Unsupported, NOT_YET),
+    e("cors-allow-origin", Unsupported, NOT_YET),
+    e("cors-expose-headers", Unsupported, NOT_YET),
+    e("cors-max-age", Unsupported, NOT_YET),
+    e("custom-headers", Unsupported, NOT_YET),
+    e("custom-http-errors", Unsupported, NOT_YET),
+    e("default-backend", Unsupported, NOT_YET),
+    e("denylist-source-range", FailsClosed, ACCESS),
+    e(
+        "enable-access-log",
+        Unsupported,
+        "the access log is global (--access-log)",
+    ),
+    e("enable-cors", Unsupported, NOT_YET),
+    e("enable-global-auth", Unsupported, NOT_YET),
+    e(
+        "enable-modsecurity",
+        Unsupported,
+        "no web application firewall",
+    ),
+    e("enable-opentelemetry", Unsupported, "no tracing export"),
+    e(
+        "enable-owasp-core-rules",
+        Unsupported,
+        "no web application firewall",
+    ),
+    e("enable-rewrite-log", Unsupported, NGINX_ONLY),
+    e(
+        "force-ssl-redirect",
+        Honoured,
+        "308, also for hosts without a TLS section",
+    ),
+    e("from-to-www-redirect", Unsupported, NOT_YET),
+    e(
+        "http2-push-preload",
+        Unsupported,
+        "HTTP/2 push is obsolete (browsers removed it)",
+    ),
+    e("limit-burst-multiplier", FailsClosed, ACCESS),
+    e("limit-connections", FailsClosed, ACCESS),
+    e("limit-rate", FailsClosed, ACCESS),
+    e("limit-rate-after", FailsClosed, ACCESS),
+    e("limit-rpm", FailsClosed, ACCESS),
+    e("limit-rps", FailsClosed, ACCESS),
+    e("limit-whitelist", FailsClosed, ACCESS),
+    e(
+        "load-balance",
+        Differs,
+        "round_robin and ewma as named; least_request (sluice's default) for least_conn",
+    ),
+    e("mirror-host", Unsupported, NOT_YET),
+    e("mirror-request-body", Unsupported, NOT_YET),
+    e("mirror-target", Unsupported, NOT_YET),
+    e("modsecurity-snippet", Refused, SNIPPET),
+    e(
+        "modsecurity-transaction-id",
+        Unsupported,
+        "no web application firewall",
+    ),
+    e(
+        "opentelemetry-trust-incoming-span",
+        Unsupported,
+        "no tracing export",
+    ),
+    e("permanent-redirect", Honoured, "an absolute http(s) URL"),
+    e("permanent-redirect-code", Honoured, ""),
+    e(
+        "preserve-trailing-slash",
+        Differs,
+        "HTTPS redirects always keep the path as sent",
+    ),
+    e(
+        "proxy-body-size",
+        Honoured,
+        "413 when the declared length is larger",
+    ),
+    e(
+        "proxy-buffer-size",
+        Differs,
+        "response heads up to 64 KiB are read whatever the value",
+    ),
+    e(
+        "proxy-buffering",
+        Differs,
+        "responses are always streamed: sluice's write deadlines bound a slow client instead of a buffer",
+    ),
+    e(
+        "proxy-buffers-number",
+        Differs,
+        "responses are always streamed",
+    ),
+    e(
+        "proxy-busy-buffers-size",
+        Differs,
+        "responses are always streamed",
+    ),
+    e(
+        "proxy-connect-timeout",
+        Differs,
+        "checked, but the connect timeout is global (2 s): a pooled connection serves every route",
+    ),
+    e("proxy-cookie-domain", Unsupported, NOT_YET),
+    e("proxy-cookie-path", Unsupported, NOT_YET),
+    e(
+        "proxy-http-version",
+        Differs,
+        "HTTP/1.1 to pods (or h2c by backend-protocol); 1.0 is not spoken",
+    ),
+    e(
+        "proxy-max-temp-file-size",
+        Differs,
+        "responses are always streamed",
+    ),
+    e(
+        "proxy-next-upstream",
+        Differs,
+        "error, non_idempotent and off act; timeout and http_* are accepted but an answered or timed-out attempt is final",
+    ),
+    e(
+        "proxy-next-upstream-timeout",
+        Unsupported,
+        "the request deadline bounds every attempt",
+    ),
+    e("proxy-next-upstream-tries", Honoured, "at most 8"),
+    e(
+        "proxy-read-timeout",
+        Differs,
+        "bounds the wait for the response head (504); a streaming body is bounded by the idle deadline",
+    ),
+    e("proxy-redirect-from", Unsupported, NOT_YET),
+    e("proxy-redirect-to", Unsupported, NOT_YET),
+    e(
+        "proxy-request-buffering",
+        Differs,
+        "request bodies are always streamed: the pod sees the body as it arrives",
+    ),
+    e(
+        "proxy-send-timeout",
+        Differs,
+        "checked, but sluice bounds writes to pods with its own deadlines",
+    ),
+    e("proxy-ssl-ciphers", Unsupported, NOT_YET),
+    e("proxy-ssl-name", Unsupported, NOT_YET),
+    e("proxy-ssl-protocols", Unsupported, NOT_YET),
+    e("proxy-ssl-secret", Unsupported, NOT_YET),
+    e("proxy-ssl-server-name", Unsupported, NOT_YET),
+    e("proxy-ssl-verify", Unsupported, NOT_YET),
+    e("proxy-ssl-verify-depth", Unsupported, NOT_YET),
+    e(
+        "rewrite-target",
+        Honoured,
+        "captures $1..$9; the host's paths become regular expressions, as in ingress-nginx",
+    ),
+    e("satisfy", FailsClosed, ACCESS),
+    e("server-alias", Unsupported, NOT_YET),
+    e("server-snippet", Refused, SNIPPET),
+    e("service-upstream", Unsupported, NOT_YET),
+    e("session-cookie-change-on-failure", Unsupported, NOT_YET),
+    e("session-cookie-domain", Unsupported, NOT_YET),
+    e("session-cookie-expires", Unsupported, NOT_YET),
+    e("session-cookie-max-age", Unsupported, NOT_YET),
+    e("session-cookie-name", Unsupported, NOT_YET),
+    e("session-cookie-path", Unsupported, NOT_YET),
+    e("session-cookie-samesite", Unsupported, NOT_YET),
+    e("session-cookie-secure", Unsupported, NOT_YET),
+    e("ssl-ciphers", Unsupported, "TLS settings are per listener"),
+    e("ssl-passthrough", Unsupported, NOT_YET),
+    e(
+        "ssl-prefer-server-ciphers",
+        Unsupported,
+        "TLS settings are per listener",
+    ),
+    e(
+        "ssl-redirect",
+        Honoured,
+        "308, for hosts with a TLS section",
+    ),
+    e("stream-snippet", Refused, SNIPPET),
+    e(
+        "temporal-redirect",
+        Honoured,
+        "an absolute http(s) URL; wins over permanent-redirect",
+    ),
+    e("temporal-redirect-code", Honoured, ""),
+    e(
+        "upstream-hash-by",
+        Differs,
+        "one variable: $remote_addr, $binary_remote_addr, $request_uri, $http_NAME or $cookie_NAME; rendezvous hashing",
+    ),
+    e("upstream-hash-by-subset", Unsupported, NOT_YET),
+    e("upstream-hash-by-subset-size", Unsupported, NOT_YET),
+    e(
+        "upstream-vhost",
+        Honoured,
+        "a host name (nginx variables are invalid)",
+    ),
+    e(
+        "use-regex",
+        Differs,
+        "Rust regex syntax, case-insensitive, anchored at the start: no look-around or back-references (such a path is invalid)",
+    ),
+    e("whitelist-source-range", FailsClosed, ACCESS),
+    e("x-forwarded-prefix", Honoured, ""),
+    Entry {
+        name: "hsts",
+        nginx: false,
+        support: Honoured,
+        note: "sluice.dev/ only: max-age=N[; includeSubDomains] or true",
+    },
+    Entry {
+        name: "upstream-max-connections",
+        nginx: false,
+        support: Honoured,
+        note: "sluice.dev/ only: requests in flight per endpoint (nginx's max_conns)",
+    },
+];
+
+/// The ingress-nginx prefix.
+pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+/// sluice's prefix.
+pub const SLUICE_PREFIX: &str = "sluice.dev/";
+
+/// What an annotation key is to sluice: `None` when it is not under either prefix (another
+/// tool's annotation, none of sluice's business).
+pub fn lookup(key: &str) -> Option<Result<&'static Entry, &str>> {
+    let (name, nginx) = if let Some(n) = key.strip_prefix(NGINX_PREFIX) {
+        (n, true)
+    } else if let Some(n) = key.strip_prefix(SLUICE_PREFIX) {
+        (n, false)
+    } else {
+        return None;
+    };
+    Some(
+        CATALOG
+            .iter()
+            .find(|e| e.name == name && (e.nginx || !nginx))
+            .ok_or(name),
+    )
+}
+
+/// The README's migration table: every ingress-nginx annotation, what sluice does, and how.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| annotation | sluice | notes |\n|---|---|---|\n");
+    let mut rows: Vec<&Entry> = CATALOG.iter().collect();
+    rows.sort_by_key(|e| (!e.nginx, e.name));
+    for e in rows {
+        let prefix = if e.nginx { "" } else { SLUICE_PREFIX };
+        let _ = writeln!(
+            out,
+            "| `{prefix}{}` | {} | {} |",
+            e.name,
+            e.support.word(),
+            e.note
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sorted_and_unique_and_lookup_finds_both_spellings() {
+        let names: Vec<&str> = CATALOG.iter().filter(|e| e.nginx).map(|e| e.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+        for e in CATALOG {
+            assert_eq!(lookup(&format!("sluice.dev/{}", e.name)), Some(Ok(e)));
+            let key = format!("nginx.ingress.kubernetes.io/{}", e.name);
+            let nginx = lookup(&key);
+            if e.nginx {
+                assert_eq!(nginx, Some(Ok(e)));
+            } else {
+                assert_eq!(nginx, Some(Err(e.name)));
+            }
+            assert!(
+                e.support != Support::Differs || !e.note.is_empty(),
+                "{} differs without saying how",
+                e.name
+            );
+        }
+        assert_eq!(lookup("example.com/rewrite-target"), None);
+        assert_eq!(
+            lookup("nginx.ingress.kubernetes.io/no-such-thing"),
+            Some(Err("no-such-thing"))
+        );
+    }
+
+    #[test]
+    fn fail_closed_entries_are_exactly_what_translation_locks() {
+        for e in CATALOG.iter().filter(|e| e.nginx) {
+            let key = format!("nginx.ingress.kubernetes.io/{}", e.name);
+            let a = std::collections::BTreeMap::from([(key, "x".to_string())]);
+            let locked = !super::super::unenforced_access(&a).is_empty();
+            assert_eq!(locked, e.support == Support::FailsClosed, "{}", e.name);
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The ingress-nginx traffic annotations: redirects, rewrites, request edits, per-route limits
+//! and canaries. Each reader returns `Ok(None)` when its annotation is absent and an
+//! [`AnnotationError`] naming the key when the value cannot be used; values are checked as
+//! ingress-nginx checks them (its `internal/ingress/annotations/*` parsers), and where sluice is
+//! stricter (a header value that could split a response) it says so in the error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{AnnotationError, first};
+use crate::behaviour::{HeaderRule, Redirect};
+
+/// Reads a boolean annotation spelled `"true"`/`"false"` (any case).
+pub fn flag(
+    a: &BTreeMap<String, String>,
+    names: &[&'static str],
+) -> Result<Option<bool>, AnnotationError> {
+    match first(a, names) {
+        None => Ok(None),
+        Some((_, v)) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Some((_, v)) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
+        Some((name, v)) => Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not \"true\" or \"false\""),
+        }),
+    }
+}
+
+/// A value that goes into a response or request header as it is: visible ASCII and spaces
+/// only, so that no value can add a field or split a message.
+fn header_safe(name: &'static str, v: &str) -> Result<(), AnnotationError> {
+    if v.is_empty() || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(AnnotationError {
+            name,
+            message: format!("{v:?} must be non-empty visible ASCII"),
+        });
+    }
+    Ok(())
+}
+
+/// An absolute `http`/`https` URL, as the redirect annotations need.
+fn absolute_url(name: &'static str, v: &str) -> Result<(), AnnotationError> {
+    header_safe(name, v)?;
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"))
+        .filter(|r| !r.is_empty() && !r.starts_with('/') && !v.contains(' '));
+    if rest.is_none() {
+        return Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not an absolute http:// or https:// URL"),
+        });
+    }
+    Ok(())
+}
+
+fn redirect_code(
+    a: &BTreeMap<String, String>,
+    names: &[&'static str],
+    default: u16,
+) -> Result<u16, AnnotationError> {
+    match first(a, names) {
+        None => Ok(default),
+        Some((name, v)) => match v.parse::<u16>() {
+            Ok(c) if (300..=308).contains(&c) => Ok(c),
+            _ => Err(AnnotationError {
+                name,
+                message: format!("{v:?} is not a redirect status (300-308)"),
+            }),
+        },
+    }
+}
+
+/// `permanent-redirect` (+ `-code`, default 301) and `temporal-redirect` (+ `-code`, default
+/// 302). As in ingress-nginx, a temporal redirect wins when both are set.
+pub fn redirect(a: &BTreeMap<String, String>) -> Result<Option<Redirect>, AnnotationError> {
+    if let Some((name, v)) = first(a, &both!("temporal-redirect")) {
+        absolute_url(name, v)?;
+        return Ok(Some(Redirect {
+            code: redirect_code(a, &both!("temporal-redirect-code"), 302)?,
+            location: v.to_string(),
+        }));
+    }
+    if let Some((name, v)) = first(a, &both!("permanent-redirect")) {
+        absolute_url(name, v)?;
+        return Ok(Some(Redirect {
+            code: redirect_code(a, &both!("permanent-redirect-code"), 301)?,
+            location: v.to_string(),
+        }));
+    }
+    Ok(None)
+}
+
+/// `app-root`: a path starting with `/` that a request for `/` is redirected to.
+pub fn app_root(a: &BTreeMap<String, String>) -> Result<Option<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("app-root")) else {
+        return Ok(None);
+    };
+    header_safe(name, v)?;
+    if !v.starts_with('/') || v.contains(' ') {
+        return Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not a path starting with '/'"),
+        });
+    }
+    Ok(Some(v.to_string()))
+}
+
+/// `rewrite-target`: a path template with `$1`..`$9` captures. An absolute URL (which nginx
+/// would turn into a redirect) is refused: use `permanent-redirect` for that.
+pub fn rewrite_target(a: &BTreeMap<String, String>) -> Result<Option<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("rewrite-target")) else {
+        return Ok(None);
+    };
+    header_safe(name, v)?;
+    if !v.starts_with('/') || v.contains(' ') {
+        return Err(AnnotationError {
+            name,
+            message: format!(
+                "{v:?} is not a path starting with '/' (a redirect to a URL is permanent-redirect)"
+            ),
+        });
+    }
+    Ok(Some(v.to_string()))
+}
+
+/// `x-forwarded-prefix`: the value of the `X-Forwarded-Prefix` header sent upstream.
+pub fn forwarded_prefix(a: &BTreeMap<String, String>) -> Result<Option<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("x-forwarded-prefix")) else {
+        return Ok(None);
+    };
+    header_safe(name, v)?;
+    Ok(Some(v.to_string()))
+}
+
+/// `upstream-vhost`: a host name, optionally with a port, sent upstream as `Host`.
+pub fn upstream_vhost(a: &BTreeMap<String, String>) -> Result<Option<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("upstream-vhost")) else {
+        return Ok(None);
+    };
+    let ok = !v.is_empty()
+        && v.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_' | b'[' | b']')
+        });
+    if !ok {
+        return Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not a host name (optionally with :port)"),
+        });
+    }
+    Ok(Some(v.to_ascii_lowercase()))
+}
+
+/// An nginx size: a number with an optional `k`, `m` or `g` suffix (any case). `0` means no
+/// limit, returned as `u64::MAX`.
+pub fn nginx_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (digits, unit) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    if n == 0 {
+        return Some(u64::MAX);
+    }
+    n.checked_mul(unit)
+}
+
+/// `proxy-body-size`: the largest request body (`0`: no limit).
+pub fn body_size(a: &BTreeMap<String, String>) -> Result<Option<u64>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("proxy-body-size")) else {
+        return Ok(None);
+    };
+    nginx_size(v).map(Some).ok_or_else(|| AnnotationError {
+        name,
+        message: format!("{v:?} is not a size (a number with an optional k, m or g)"),
+    })
+}
+
+/// A timeout in whole seconds, as ingress-nginx's proxy timeout annotations take it (an `s`
+/// suffix is accepted too).
+fn seconds(
+    a: &BTreeMap<String, String>,
+    names: &[&'static str],
+) -> Result<Option<Duration>, AnnotationError> {
+    let Some((name, v)) = first(a, names) else {
+        return Ok(None);
+    };
+    match v.strip_suffix('s').unwrap_or(v).parse::<u64>() {
+        Ok(n) if n > 0 && n <= 86_400 => Ok(Some(Duration::from_secs(n))),
+        _ => Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not a number of seconds between 1 and 86400"),
+        }),
+    }
+}
+
+/// `proxy-read-timeout`: how long sluice waits for the upstream's response head.
+pub fn read_timeout(a: &BTreeMap<String, String>) -> Result<Option<Duration>, AnnotationError> {
+    seconds(a, &both!("proxy-read-timeout"))
+}
+
+/// `proxy-connect-timeout` and `proxy-send-timeout`: checked (an invalid value is reported),
+/// not applied per route; see the catalog for why.
+pub fn other_timeouts(a: &BTreeMap<String, String>) -> Result<(), AnnotationError> {
+    seconds(a, &both!("proxy-connect-timeout"))?;
+    seconds(a, &both!("proxy-send-timeout"))?;
+    Ok(())
+}
+
+/// The canary annotations of one Ingress, before its backend is resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanaryRules {
+    /// Header name (lower case) and how its value selects.
+    pub header: Option<(String, HeaderRule)>,
+    /// Cookie name.
+    pub cookie: Option<String>,
+    /// Weight out of `weight_total`.
+    pub weight: u32,
+    /// Total weight (at least 100, as ingress-nginx).
+    pub weight_total: u32,
+}
+
+/// `canary: "true"` and its rules; `None` when the Ingress is not a canary.
+pub fn canary(a: &BTreeMap<String, String>) -> Result<Option<CanaryRules>, AnnotationError> {
+    if flag(a, &both!("canary"))? != Some(true) {
+        return Ok(None);
+    }
+    let header = match first(a, &both!("canary-by-header")) {
+        None => None,
+        Some((name, h)) => {
+            if h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(AnnotationError {
+                    name,
+                    message: format!("{h:?} is not a header name"),
+                });
+            }
+            let rule = if let Some((_, v)) = first(a, &both!("canary-by-header-value")) {
+                HeaderRule::Value(v.to_string())
+            } else if let Some((name, p)) = first(a, &both!("canary-by-header-pattern")) {
+                regex::Regex::new(p).map_err(|e| AnnotationError {
+                    name,
+                    message: format!("{p:?} is not a regular expression sluice can run: {e}"),
+                })?;
+                HeaderRule::Pattern(p.to_string())
+            } else {
+                HeaderRule::AlwaysNever
+            };
+            Some((h.to_ascii_lowercase().replace('_', "-"), rule))
+        }
+    };
+    let cookie = first(a, &both!("canary-by-cookie")).map(|(_, c)| c.to_string());
+    let number = |names: &[&'static str], default: u32| match first(a, names) {
+        None => Ok(default),
+        Some((name, v)) => v.parse::<u32>().map_err(|_| AnnotationError {
+            name,
+            message: format!("{v:?} is not a whole number"),
+        }),
+    };
+    let weight_total = number(&both!("canary-weight-total"), 100)?.max(100);
+    let weight = number(&both!("canary-weight"), 0)?;
+    if weight > weight_total {
+        return Err(AnnotationError {
+            name: "nginx.ingress.kubernetes.io/canary-weight",
+            message: format!("{weight} is more than the total weight {weight_total}"),
+        });
+    }
+    Ok(Some(CanaryRules {
+        header,
+        cookie,
+        weight,
+        weight_total,
+    }))
+}
+
+/// Compiles a `use-regex` path as the data plane will: case-insensitive, anchored at the start
+/// of the path. The `regex` crate has no look-around and no back-references (PCRE has both);
+/// such a path is an error naming the construct, never a silently different match.
+pub fn path_regex(path: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(&format!("^(?:{path})"))
+        .case_insensitive(true)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            let hint = if path.contains("(?=")
+                || path.contains("(?!")
+                || path.contains("(?<=")
+                || path.contains("(?<!")
+            {
+                " (look-around is a PCRE feature the regex crate does not have)"
+            } else if path.contains("\\1") || path.contains("\\k<") {
+                " (back-references are a PCRE feature the regex crate does not have)"
+            } else {
+                ""
+            };
+            format!("path {path:?} is not a regular expression sluice can run{hint}: {e}")
+        })
+}
+
+/// Expands a `rewrite-target` template: `$0`..`$9` become the captures (empty when a group did
+/// not take part), everything else is copied.
+pub fn expand(template: &str, caps: &regex::Captures<'_>, out: &mut String) {
+    let mut rest = template;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        match after.as_bytes().first() {
+            Some(d @ b'0'..=b'9') => {
+                if let Some(m) = caps.get(usize::from(d - b'0')) {
+                    out.push_str(m.as_str());
+                }
+                rest = &after[1..];
+            }
+            _ => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn redirects_as_ingress_nginx_reads_them() {
+        let cases: &[(&[(&str, &str)], Result<Option<(u16, &str)>, ()>)] = &[
+            (&[], Ok(None)),
+            (
+                &[("permanent-redirect", "https://x.test/a")],
+                Ok(Some((301, "https://x.test/a"))),
+            ),
+            (
+                &[
+                    ("permanent-redirect", "https://x.test"),
+                    ("permanent-redirect-code", "308"),
+                ],
+                Ok(Some((308, "https://x.test"))),
+            ),
+            (
+                &[("temporal-redirect", "http://y.test/")],
+                Ok(Some((302, "http://y.test/"))),
+            ),
+            (
+                &[
+                    ("temporal-redirect", "http://y.test/"),
+                    ("permanent-redirect", "https://x.test"),
+                ],
+                Ok(Some((302, "http://y.test/"))),
+            ),
+            (
+                &[
+                    ("temporal-redirect", "http://y.test/"),
+                    ("temporal-redirect-code", "307"),
+                ],
+                Ok(Some((307, "http://y.test/"))),
+            ),
+            (&[("permanent-redirect", "/relative")], Err(())),
+            (
+                &[("permanent-redirect", "https://x.test\r\nSet-Cookie: a=b")],
+                Err(()),
+            ),
+            (
+                &[
+                    ("permanent-redirect", "https://x.test"),
+                    ("permanent-redirect-code", "200"),
+                ],
+                Err(()),
+            ),
+            (
+                &[
+                    ("permanent-redirect", "https://x.test"),
+                    ("permanent-redirect-code", "3o1"),
+                ],
+                Err(()),
+            ),
+        ];
+        for (pairs, want) in cases {
+            let got = redirect(&ann(pairs));
+            match want {
+                Ok(w) => assert_eq!(
+                    got.unwrap().map(|r| (r.code, r.location)),
+                    w.map(|(c, l)| (c, l.to_string())),
+                    "{pairs:?}"
+                ),
+                Err(()) => assert!(got.is_err(), "{pairs:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn paths_and_hosts() {
+        assert_eq!(
+            app_root(&ann(&[("app-root", "/app1")])).unwrap().as_deref(),
+            Some("/app1")
+        );
+        assert!(app_root(&ann(&[("app-root", "app1")])).is_err());
+        assert_eq!(
+            rewrite_target(&ann(&[("rewrite-target", "/$2")]))
+                .unwrap()
+                .as_deref(),
+            Some("/$2")
+        );
+        assert!(rewrite_target(&ann(&[("rewrite-target", "https://x.test/$1")])).is_err());
+        assert_eq!(
+            upstream_vhost(&ann(&[("upstream-vhost", "Internal.Svc:8080")]))
+                .unwrap()
+                .as_deref(),
+            Some("internal.svc:8080")
+        );
+        assert!(upstream_vhost(&ann(&[("upstream-vhost", "a b")])).is_err());
+        assert!(upstream_vhost(&ann(&[("upstream-vhost", "$host")])).is_err());
+        assert_eq!(
+            forwarded_prefix(&ann(&[("x-forwarded-prefix", "/api")]))
+                .unwrap()
+                .as_deref(),
+            Some("/api")
+        );
+        assert!(forwarded_prefix(&ann(&[("x-forwarded-prefix", "a\nb")])).is_err());
+    }
+
+    #[test]
+    fn sizes_and_timeouts() {
+        for (v, want) in [
+            ("1m", Some(1 << 20)),
+            ("8K", Some(8 << 10)),
+            ("2g", Some(2u64 << 30)),
+            ("1000", Some(1000)),
+            ("0", Some(u64::MAX)),
+            ("0m", Some(u64::MAX)),
+            ("", None),
+            ("m", None),
+            ("1.5m", None),
+            ("-1", None),
+            ("1t", None),
+            ("99999999999999999999g", None),
+        ] {
+            assert_eq!(nginx_size(v), want, "{v:?}");
+        }
+        assert_eq!(
+            body_size(&ann(&[("proxy-body-size", "10m")])).unwrap(),
+            Some(10 << 20)
+        );
+        assert!(body_size(&ann(&[("proxy-body-size", "big")])).is_err());
+        assert_eq!(
+            read_timeout(&ann(&[("proxy-read-timeout", "5")])).unwrap(),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            read_timeout(&ann(&[("proxy-read-timeout", "7s")])).unwrap(),
+            Some(Duration::from_secs(7))
+        );
+        assert!(read_timeout(&ann(&[("proxy-read-timeout", "0")])).is_err());
+        assert!(other_timeouts(&ann(&[("proxy-send-timeout", "soon")])).is_err());
+        assert!(other_timeouts(&ann(&[("proxy-connect-timeout", "5")])).is_ok());
+    }
+
+    #[test]
+    fn canary_rules() {
+        assert_eq!(canary(&ann(&[("canary-weight", "10")])).unwrap(), None);
+        let c = canary(&ann(&[("canary", "true"), ("canary-weight", "10")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (c.weight, c.weight_total, c.header, c.cookie),
+            (10, 100, None, None)
+        );
+        let c = canary(&ann(&[
+            ("canary", "true"),
+            ("canary-by-header", "X_Canary"),
+            ("canary-by-header-value", "yes"),
+            ("canary-by-header-pattern", "ignored"),
+            ("canary-by-cookie", "c"),
+            ("canary-weight", "5"),
+            ("canary-weight-total", "1000"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.header,
+            Some(("x-canary".to_string(), HeaderRule::Value("yes".into())))
+        );
+        assert_eq!(
+            (c.cookie.as_deref(), c.weight, c.weight_total),
+            (Some("c"), 5, 1000)
+        );
+        let c = canary(&ann(&[
+            ("canary", "true"),
+            ("canary-by-header", "h"),
+            ("canary-by-header-pattern", "^a.*"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.header,
+            Some(("h".to_string(), HeaderRule::Pattern("^a.*".into())))
+        );
+        // A total under 100 is raised to 100, as ingress-nginx does.
+        let c = canary(&ann(&[("canary", "true"), ("canary-weight-total", "10")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.weight_total, 100);
+        for bad in [
+            &[("canary", "true"), ("canary-weight", "101")][..],
+            &[("canary", "true"), ("canary-weight", "ten")],
+            &[("canary", "true"), ("canary-by-header", "a b")],
+            &[
+                ("canary", "true"),
+                ("canary-by-header", "h"),
+                ("canary-by-header-pattern", "(?=x)"),
+            ],
+            &[("canary", "yes")],
+        ] {
+            assert!(canary(&ann(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn regex_paths_and_rewrites() {
+        let re = path_regex("/something(/|$)(.*)").unwrap();
+        let caps = re.captures("/SOMETHING/new").unwrap();
+        let mut out = String::new();
+        expand("/$2", &caps, &mut out);
+        assert_eq!(out, "/new");
+        let caps = re.captures("/something").unwrap();
+        out.clear();
+        expand("/x/$2$9$", &caps, &mut out);
+        assert_eq!(out, "/x/$");
+        assert!(
+            re.captures("/other/something").is_none(),
+            "anchored at the start"
+        );
+        let e = path_regex("/(?!admin).*").unwrap_err();
+        assert!(e.contains("look-around"), "{e}");
+        let e = path_regex("/(a)\\1").unwrap_err();
+        assert!(e.contains("back-references"), "{e}");
+        assert!(path_regex("/[").is_err());
+    }
+}

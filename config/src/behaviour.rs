@@ -1,0 +1,77 @@
+//! What the ingress-nginx traffic annotations ask of a route, as plain comparable data: redirects,
+//! rewrites, request edits, per-route limits and canaries. The annotations are parsed in
+//! [`crate::annotations`]; the data plane compiles these into its route table, so a change is a
+//! snapshot swap like any other (no reload).
+
+use std::time::Duration;
+
+use crate::model::{ObjectRef, RouteAction};
+
+/// A redirect answered by sluice instead of proxying (`permanent-redirect`,
+/// `temporal-redirect`): the location is sent as written, as ingress-nginx does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Redirect {
+    /// 3xx status (301 for permanent, 302 for temporal unless a `-code` annotation says).
+    pub code: u16,
+    /// The `Location` value.
+    pub location: String,
+}
+
+/// Per-route request edits and limits. Every field `None`/`false` means "as the flags say".
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct RouteEdits {
+    /// Answer every request of the route with this redirect.
+    pub redirect: Option<Redirect>,
+    /// `app-root`: a request for exactly `/` is redirected (302) here.
+    pub app_root: Option<String>,
+    /// `rewrite-target`: the request path is replaced by this template, `$1`..`$9` being the
+    /// route's regex captures (the route is then a [`crate::PathKind::Regex`] route).
+    pub rewrite_target: Option<String>,
+    /// `x-forwarded-prefix`: sent upstream as `X-Forwarded-Prefix`.
+    pub forwarded_prefix: Option<String>,
+    /// `upstream-vhost`: the `Host` sent upstream instead of the client's.
+    pub upstream_vhost: Option<String>,
+    /// `proxy-body-size`: largest request body (`Some(u64::MAX)` for `0`, no limit).
+    pub max_body_size: Option<u64>,
+    /// `proxy-read-timeout`: how long to wait for the upstream's response head.
+    pub read_timeout: Option<Duration>,
+}
+
+impl RouteEdits {
+    /// Whether any edit is set: routes without edits keep the data plane's direct path.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// How a request's header selects the canary (`canary-by-header` and its refinements).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HeaderRule {
+    /// No value annotation: `always` selects the canary, `never` the main backend, anything
+    /// else falls through to the cookie and the weight.
+    AlwaysNever,
+    /// `canary-by-header-value`: this exact value selects the canary; anything else falls
+    /// through.
+    Value(String),
+    /// `canary-by-header-pattern`: a value matching this regular expression selects the canary;
+    /// anything else falls through.
+    Pattern(String),
+}
+
+/// A canary backend attached to a main route: ingress-nginx's order is header, then cookie,
+/// then weight.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Canary {
+    /// Where canary requests go.
+    pub action: RouteAction,
+    /// The canary Ingress.
+    pub source: ObjectRef,
+    /// `canary-by-header`: the header's name (lower case) and how its value is read.
+    pub header: Option<(String, HeaderRule)>,
+    /// `canary-by-cookie`: a cookie whose value `always`/`never` decides.
+    pub cookie: Option<String>,
+    /// `canary-weight`: requests out of `weight_total` sent to the canary.
+    pub weight: u32,
+    /// `canary-weight-total` (default 100).
+    pub weight_total: u32,
+}

@@ -1,0 +1,122 @@
+//! What an Ingress's annotations make of its routes: options and edits, the fail-closed rule
+//! for access control sluice does not enforce, and the one migration-review Warning per
+//! Ingress.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::Ingress;
+
+use crate::annotations::review::{Verdict, review};
+use crate::annotations::{self, AnnotationError, both, traffic};
+use crate::behaviour::RouteEdits;
+use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
+
+use super::Problems;
+
+/// An Ingress's annotations, or none.
+pub(super) fn annotations_of(ing: &Ingress) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    ing.metadata.annotations.as_ref().unwrap_or(&EMPTY)
+}
+
+/// An Ingress that restricts access with annotations sluice does not enforce (source ranges,
+/// authentication, client certificates, rate limits) is not served open: every route of it
+/// answers 503, and the problem (an Error, so a Warning Event) names the annotations. An
+/// Ingress migrated from ingress-nginx must never become more exposed than it was.
+pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
+    let found = annotations::unenforced_access(annotations_of(ing));
+    if found.is_empty() {
+        return None;
+    }
+    let msg = format!(
+        "access control sluice does not enforce yet ({}); its routes answer 503 instead of serving without it",
+        found.join(", ")
+    );
+    p.report(
+        Severity::Error,
+        "AccessControlNotEnforced",
+        src,
+        "metadata.annotations",
+        msg.clone(),
+    );
+    Some(RouteAction::Unavailable(msg))
+}
+
+/// One Warning per Ingress listing every annotation sluice does not honour as ingress-nginx
+/// does (differs, unsupported, refused), the verdicts `sluice check` prints. Invalid values
+/// are reported on their own key, and access control by [`fail_closed`], so neither repeats
+/// here.
+pub(super) fn review_problem(ing: &Ingress, src: &ObjectRef, p: &mut Problems) {
+    let parts: Vec<String> = review(annotations_of(ing))
+        .into_iter()
+        .filter(|f| {
+            matches!(
+                f.verdict,
+                Verdict::Differs(_) | Verdict::Unsupported(_) | Verdict::Refused(_)
+            )
+        })
+        .map(|f| format!("{} {}: {}", f.annotation, f.verdict.word(), f.verdict.why()))
+        .collect();
+    if parts.is_empty() {
+        return;
+    }
+    p.report(
+        Severity::Warning,
+        "AnnotationsNotHonoured",
+        src,
+        "metadata.annotations",
+        parts.join("; "),
+    );
+}
+
+/// Reads one annotation; an invalid value is reported on its key and the default used.
+fn or_default<T: Default>(r: Result<T, AnnotationError>, src: &ObjectRef, p: &mut Problems) -> T {
+    r.unwrap_or_else(|e| {
+        p.invalid_annotation(src, &e);
+        T::default()
+    })
+}
+
+/// Whether the Ingress asks for regex paths (`use-regex`, or a `rewrite-target`, which
+/// ingress-nginx makes imply it).
+pub(super) fn wants_regex(ing: &Ingress) -> bool {
+    let a = annotations_of(ing);
+    traffic::flag(a, &both!("use-regex")).ok().flatten() == Some(true)
+        || traffic::rewrite_target(a).ok().flatten().is_some()
+}
+
+/// Per-Ingress options from annotations; invalid annotations are reported and ignored.
+pub(super) fn route_options(
+    ing: &Ingress,
+    src: &ObjectRef,
+    settings: &Settings,
+    p: &mut Problems,
+) -> RouteOptions {
+    let ann = annotations_of(ing);
+    let ssl_redirect = or_default(annotations::ssl_redirect(ann), src, p);
+    let next_upstream = match annotations::next_upstream(ann) {
+        Ok((v, _)) => v,
+        Err(e) => {
+            p.invalid_annotation(src, &e);
+            NextUpstream::default()
+        }
+    };
+    let _ = or_default(traffic::other_timeouts(ann), src, p);
+    let edits = RouteEdits {
+        redirect: or_default(traffic::redirect(ann), src, p),
+        app_root: or_default(traffic::app_root(ann), src, p),
+        rewrite_target: or_default(traffic::rewrite_target(ann), src, p),
+        forwarded_prefix: or_default(traffic::forwarded_prefix(ann), src, p),
+        upstream_vhost: or_default(traffic::upstream_vhost(ann), src, p),
+        max_body_size: or_default(traffic::body_size(ann), src, p),
+        read_timeout: or_default(traffic::read_timeout(ann), src, p),
+    };
+    RouteOptions {
+        ssl_redirect: ssl_redirect.unwrap_or(settings.ssl_redirect),
+        force_ssl_redirect: or_default(traffic::flag(ann, &both!("force-ssl-redirect")), src, p)
+            .unwrap_or(false),
+        hsts: or_default(annotations::hsts(ann), src, p),
+        next_upstream,
+        edits,
+    }
+}

@@ -1,0 +1,150 @@
+//! Translation of the ingress-nginx traffic annotations: canaries attached to their main
+//! route, regex hosts, edits carried on routes, and the one review Warning per Ingress.
+
+use super::tests::{base_world, hit, opts, simple};
+use super::*;
+use crate::behaviour::HeaderRule;
+use crate::model::{PathKind, RouteAction};
+
+fn annotated(mut ing: Ingress, pairs: &[(&str, &str)]) -> Ingress {
+    ing.metadata.annotations = Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+            .collect(),
+    );
+    ing
+}
+
+fn reasons(s: &Snapshot) -> Vec<&'static str> {
+    s.problems().iter().map(|p| p.reason).collect()
+}
+
+#[test]
+fn a_canary_attaches_to_the_main_route_of_its_host_and_path() {
+    let mut w = base_world();
+    w.put_ingress(simple("main", "app.test", &[("/", "Prefix", "a")]));
+    w.put_ingress(annotated(
+        simple("canary", "app.test", &[("/", "Prefix", "b")]),
+        &[
+            ("canary", "true"),
+            ("canary-weight", "20"),
+            ("canary-by-header", "X-Canary"),
+        ],
+    ));
+    // A canary for a path nobody else serves is ignored, with a warning.
+    w.put_ingress(annotated(
+        simple("stray", "app.test", &[("/other", "Prefix", "c")]),
+        &[("canary", "true")],
+    ));
+    let s = translate(&w, &opts());
+    let route = s.route("app.test", "/x").unwrap();
+    assert_eq!(hit(&s, "app.test", "/other"), Some("a".to_string()));
+    let c = route.canary.as_ref().unwrap();
+    assert!(matches!(&c.action, RouteAction::Cluster(k) if k.service == "b"));
+    assert_eq!((c.weight, c.weight_total), (20, 100));
+    assert_eq!(
+        c.header,
+        Some(("x-canary".to_string(), HeaderRule::AlwaysNever))
+    );
+    assert_eq!(c.source.name, "canary");
+    assert!(reasons(&s).contains(&"CanaryWithoutMain"));
+    assert!(s.clusters().keys().any(|k| k.service == "b"));
+
+    // A canary with unreadable rules takes nothing.
+    w.put_ingress(annotated(
+        simple("canary", "app.test", &[("/", "Prefix", "b")]),
+        &[("canary", "true"), ("canary-weight", "much")],
+    ));
+    let s = translate(&w, &opts());
+    assert!(s.route("app.test", "/").unwrap().canary.is_none());
+    assert!(reasons(&s).contains(&"InvalidCanary"));
+}
+
+#[test]
+fn rewrite_target_makes_every_path_of_the_host_a_regex() {
+    let mut w = base_world();
+    w.put_ingress(annotated(
+        simple("rw", "app.test", &[("/something(/|$)(.*)", "ImplementationSpecific", "a")]),
+        &[("rewrite-target", "/$2")],
+    ));
+    // Another Ingress on the same host without annotations: its paths become regexes too.
+    w.put_ingress(simple("plain", "app.test", &[("/exact", "Exact", "b")]));
+    w.put_ingress(simple("other", "other.test", &[("/exact", "Exact", "b")]));
+    let s = translate(&w, &opts());
+    assert_eq!(hit(&s, "app.test", "/SOMETHING/else"), Some("a".into()));
+    assert_eq!(hit(&s, "app.test", "/something"), Some("a".into()));
+    // `^/exact` matches longer paths in regex mode, as nginx's `~* "^/exact"` does.
+    assert_eq!(hit(&s, "app.test", "/exactly"), Some("b".into()));
+    assert_eq!(hit(&s, "other.test", "/exactly"), None);
+    let r = s.route("app.test", "/something/x").unwrap();
+    assert_eq!(r.path.kind, PathKind::Regex);
+    assert_eq!(r.options.edits.rewrite_target.as_deref(), Some("/$2"));
+    assert!(s.problems().is_empty(), "{:?}", s.problems());
+
+    // A path the regex crate cannot run is an error on that path; the rest keeps serving.
+    w.put_ingress(annotated(
+        simple("bad", "app.test", &[("/(?!admin)", "ImplementationSpecific", "c")]),
+        &[("use-regex", "true")],
+    ));
+    let s = translate(&w, &opts());
+    assert!(
+        s.problems()
+            .iter()
+            .any(|p| p.reason == "InvalidPath" && p.message.contains("look-around"))
+    );
+    assert_eq!(hit(&s, "app.test", "/something/x"), Some("a".into()));
+}
+
+#[test]
+fn edits_and_the_review_warning() {
+    let mut w = base_world();
+    w.put_ingress(annotated(
+        simple("edits", "app.test", &[("/", "Prefix", "a")]),
+        &[
+            ("permanent-redirect", "https://new.test/"),
+            ("app-root", "/app"),
+            ("upstream-vhost", "internal.test"),
+            ("x-forwarded-prefix", "/edge"),
+            ("proxy-body-size", "8k"),
+            ("proxy-read-timeout", "3"),
+            ("force-ssl-redirect", "true"),
+            ("proxy-buffering", "on"),
+            ("affinity", "cookie"),
+            ("server-snippet", "return 200;"),
+            ("proxy-send-timeout", "later"),
+        ],
+    ));
+    let s = translate(&w, &opts());
+    let r = s.route("app.test", "/").unwrap();
+    let e = &r.options.edits;
+    assert_eq!(
+        e.redirect.as_ref().map(|r| (r.code, r.location.as_str())),
+        Some((301, "https://new.test/"))
+    );
+    assert_eq!(e.app_root.as_deref(), Some("/app"));
+    assert_eq!(e.upstream_vhost.as_deref(), Some("internal.test"));
+    assert_eq!(e.forwarded_prefix.as_deref(), Some("/edge"));
+    assert_eq!(e.max_body_size, Some(8192));
+    assert_eq!(e.read_timeout, Some(std::time::Duration::from_secs(3)));
+    assert!(r.options.force_ssl_redirect);
+    let review: Vec<&Problem> = s
+        .problems()
+        .iter()
+        .filter(|p| p.reason == "AnnotationsNotHonoured")
+        .collect();
+    assert_eq!(review.len(), 1, "one warning per Ingress");
+    let m = &review[0].message;
+    for part in [
+        "proxy-buffering differs",
+        "affinity unsupported",
+        "server-snippet refused",
+    ] {
+        assert!(m.contains(part), "{part} in {m}");
+    }
+    assert!(
+        s.problems()
+            .iter()
+            .any(|p| p.reason == "InvalidAnnotation" && p.message.contains("later"))
+    );
+}
