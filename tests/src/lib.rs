@@ -63,6 +63,25 @@ pub fn ingress(name: &str, host: &str, paths: &[(&str, &str, &str)]) -> String {
     s
 }
 
+/// YAML for an Ingress like [`ingress`] with these annotations (written as given, keys in
+/// full).
+pub fn annotated_ingress(
+    name: &str,
+    host: &str,
+    paths: &[(&str, &str, &str)],
+    annotations: &[(&str, &str)],
+) -> String {
+    let mut block = String::from("  annotations:\n");
+    for (k, v) in annotations {
+        let _ = writeln!(block, "    {k}: {}", serde_json::to_string(v).unwrap());
+    }
+    ingress(name, host, paths).replacen(
+        "  namespace: default\n",
+        &format!("  namespace: default\n{block}"),
+        1,
+    )
+}
+
 /// YAML for a Service with port 80 named `http`.
 pub fn service(name: &str) -> String {
     format!(

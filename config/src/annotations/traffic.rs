@@ -342,7 +342,8 @@ mod tests {
 
     #[test]
     fn redirects_as_ingress_nginx_reads_them() {
-        let cases: &[(&[(&str, &str)], Result<Option<(u16, &str)>, ()>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], Result<Option<(u16, &'a str)>, ()>);
+        let cases: &[Case] = &[
             (&[], Ok(None)),
             (
                 &[("permanent-redirect", "https://x.test/a")],

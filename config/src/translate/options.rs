@@ -101,7 +101,7 @@ pub(super) fn route_options(
             NextUpstream::default()
         }
     };
-    let _ = or_default(traffic::other_timeouts(ann), src, p);
+    or_default(traffic::other_timeouts(ann), src, p);
     let edits = RouteEdits {
         redirect: or_default(traffic::redirect(ann), src, p),
         app_root: or_default(traffic::app_root(ann), src, p),

@@ -65,7 +65,11 @@ fn a_canary_attaches_to_the_main_route_of_its_host_and_path() {
 fn rewrite_target_makes_every_path_of_the_host_a_regex() {
     let mut w = base_world();
     w.put_ingress(annotated(
-        simple("rw", "app.test", &[("/something(/|$)(.*)", "ImplementationSpecific", "a")]),
+        simple(
+            "rw",
+            "app.test",
+            &[("/something(/|$)(.*)", "ImplementationSpecific", "a")],
+        ),
         &[("rewrite-target", "/$2")],
     ));
     // Another Ingress on the same host without annotations: its paths become regexes too.
@@ -84,7 +88,11 @@ fn rewrite_target_makes_every_path_of_the_host_a_regex() {
 
     // A path the regex crate cannot run is an error on that path; the rest keeps serving.
     w.put_ingress(annotated(
-        simple("bad", "app.test", &[("/(?!admin)", "ImplementationSpecific", "c")]),
+        simple(
+            "bad",
+            "app.test",
+            &[("/(?!admin)", "ImplementationSpecific", "c")],
+        ),
         &[("use-regex", "true")],
     ));
     let s = translate(&w, &opts());

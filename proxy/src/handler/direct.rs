@@ -165,6 +165,7 @@ pub(crate) async fn dispatch(
             request_path::normalize(req.uri.path()),
             Ok(std::borrow::Cow::Borrowed(_))
         ) && let Some(action) = table.lookup(host, req.uri.path())
+            && !action.general_only
             && let Target::Cluster(cluster) = &action.target
             && cluster.protocol != UpstreamProtocol::H2c
             && !hashes_fields(&cluster.balance)

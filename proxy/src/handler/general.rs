@@ -17,6 +17,7 @@ use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
 use crate::handler::rules::ResponseRules;
 use crate::io::activity::{Activity, Watched};
 use crate::state::dataplane::DataPlane;
+use crate::state::edits::Edits;
 use crate::state::routes::{Action, RouteTable, Target};
 use crate::telemetry::access::{self, UpstreamSeen};
 use crate::upstream::balance::{KeySource, request_hash};
@@ -148,16 +149,7 @@ pub(crate) async fn handle_in(
     if let Err(refusal) = normalize_path(&mut req) {
         return respond_local(dp, refusal, req.version());
     }
-    let raw_host = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-        })
-        .unwrap_or("");
+    let raw_host = request_host(&req).unwrap_or("");
     if !raw_host.is_empty() && !valid_request_host(raw_host) {
         return respond_local(dp, Local::InvalidHost, req.version());
     }
@@ -167,6 +159,7 @@ pub(crate) async fn handle_in(
         return respond_local(dp, Local::NoRoute, req.version());
     };
     let http1 = req.version() <= Version::HTTP_11;
+    let action = action.choose(req.headers());
     let resp = route(dp, conn, action, req).await;
     finish(dp, conn, action, resp, http1, started)
 }
@@ -198,24 +191,57 @@ pub(crate) fn finish(
     resp
 }
 
+/// The host a request names: its target's authority (absolute-form, HTTP/2 `:authority`),
+/// else its `Host` field.
+fn request_host<B>(req: &Request<B>) -> Option<&str> {
+    req.uri().authority().map(|a| a.as_str()).or_else(|| {
+        req.headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+    })
+}
+
+/// The answers a route's edits give instead of proxying, in nginx's order: `app-root` (a
+/// server-level rewrite, first), then the route's own redirect.
+fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<Response<RespBody>> {
+    if let Some(root) = &edits.app_root
+        && req.uri().path() == "/"
+    {
+        // `return 302 $scheme://$http_host<app-root>`: the client's host, port included.
+        let host = request_host(req).unwrap_or("localhost");
+        let scheme = if conn.tls { "https" } else { "http" };
+        let location = HeaderValue::from_str(&format!("{scheme}://{host}{root}")).ok()?;
+        return Some(
+            Local::Redirect {
+                status: StatusCode::FOUND,
+                location: &location,
+            }
+            .response(),
+        );
+    }
+    let (status, location) = edits.redirect.as_ref()?;
+    Some(
+        Local::Redirect {
+            status: *status,
+            location,
+        }
+        .response(),
+    )
+}
+
 async fn route(
     dp: &DataPlane,
     conn: &ConnInfo,
     action: &Action,
     req: Request<Option<Incoming>>,
 ) -> Response<RespBody> {
+    if let Some(edits) = &action.edits
+        && let Some(resp) = edits_answer(edits, conn, &req)
+    {
+        return resp;
+    }
     if action.ssl_redirect && !conn.tls {
-        let host = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_string())
-            .or_else(|| {
-                req.headers()
-                    .get(header::HOST)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            })
-            .unwrap_or_default();
+        let host = request_host(&req).unwrap_or_default().to_string();
         return Local::HttpsRedirect {
             host: &host,
             uri: req.uri(),
@@ -235,10 +261,17 @@ async fn route(
         Target::Cluster(c) => c,
     };
     let s = &dp.settings;
+    let edits = action.edits.as_deref();
+    let max_body_size = edits
+        .and_then(|e| e.max_body_size)
+        .unwrap_or(s.max_body_size);
+    let request_timeout = edits
+        .and_then(|e| e.read_timeout)
+        .unwrap_or(s.request_timeout);
     if let Some(len) = length::of_map(req.headers())
-        && len > s.max_body_size
+        && len > max_body_size
     {
-        return Local::BodyTooLarge(s.max_body_size).response();
+        return Local::BodyTooLarge(max_body_size).response();
     }
     let (mut parts, body) = req.into_parts();
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
@@ -264,6 +297,10 @@ async fn route(
     {
         h.insert(header::HOST, a);
     }
+    if let Some(e) = edits {
+        e.apply(&mut parts);
+    }
+    let h = &mut parts.headers;
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     if h2_up {
         parts.version = Version::HTTP_2;
@@ -291,14 +328,13 @@ async fn route(
         _ => None,
     };
     let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
-    let up_req = Request::from_parts(parts, ReqBody::new(body, s.max_body_size));
+    let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
     let fwd = conn.proxy_headers();
     let sent = Instant::now();
     let delivered =
-        match tokio::time::timeout(s.request_timeout, retry::send(cluster, up_req, plan, &fwd))
-            .await
+        match tokio::time::timeout(request_timeout, retry::send(cluster, up_req, plan, &fwd)).await
         {
-            Err(_) => return timed_out(&cluster.name, s.request_timeout),
+            Err(_) => return timed_out(&cluster.name, request_timeout),
             Ok(Err(e)) => return error_response(&cluster.name, &e),
             Ok(Ok(d)) => d,
         };

@@ -57,6 +57,13 @@ pub(crate) enum Local<'a> {
         /// The HTTPS listener's port.
         port: u16,
     },
+    /// A redirect the route asks for (`permanent-redirect`, `temporal-redirect`, `app-root`).
+    Redirect {
+        /// The 3xx status.
+        status: StatusCode,
+        /// The `Location` value.
+        location: &'a HeaderValue,
+    },
     /// The request could not be delivered: 502, 503 or 504, logged with `why`.
     Failed {
         /// 502, 503 or 504.
@@ -122,6 +129,7 @@ impl Local<'_> {
                 close: false,
             },
             Local::HttpsRedirect { .. } => row(S::PERMANENT_REDIRECT, "", false),
+            Local::Redirect { status, .. } => row(status, "", false),
             Local::Failed { status, .. } => match status {
                 S::SERVICE_UNAVAILABLE => row(status, "503 Service Unavailable\n", false),
                 S::GATEWAY_TIMEOUT => row(status, "504 Gateway Timeout\n", false),
@@ -164,6 +172,9 @@ impl Local<'_> {
                 if let Ok(v) = HeaderValue::from_str(&https_location(host, uri, port)) {
                     h.insert(header::LOCATION, v);
                 }
+            }
+            Local::Redirect { location, .. } => {
+                h.insert(header::LOCATION, location.clone());
             }
             Local::Failed { status, pool, why } => errlog::answered(status.as_u16(), pool, why),
             _ => {}

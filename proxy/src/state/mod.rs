@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod dataplane;
+pub mod edits;
 pub mod routes;
 pub mod settings;
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 use sluice_config::{ClusterKey, NextUpstream, Route, RouteAction, RouteRef, Snapshot};
 
+use crate::state::edits::{CanaryRule, Edits};
 use crate::telemetry::access::RouteSeen;
 use crate::telemetry::metrics::{Metrics, RouteStats};
 use crate::upstream::cluster::Cluster;
@@ -37,6 +38,23 @@ pub struct Action {
     pub names: RouteSeen,
     /// Metric handles.
     pub stats: RouteStats,
+    /// The ingress-nginx edits of the route (redirects, rewrite, headers, limits).
+    pub edits: Option<Box<Edits>>,
+    /// A canary backend and the rules that send a request to it.
+    pub canary: Option<Box<(CanaryRule, Action)>>,
+    /// Whether requests must take the general handler (edits or a canary: the direct path
+    /// serves plain routes only).
+    pub general_only: bool,
+}
+
+impl Action {
+    /// The action a request takes: the canary's when its rules select it, else this one.
+    pub fn choose(&self, headers: &http::HeaderMap) -> &Action {
+        match &self.canary {
+            Some(c) if c.0.selects(headers, |total| fastrand::u32(1..=total)) => &c.1,
+            _ => self,
+        }
+    }
 }
 
 /// The table requests look up.
@@ -54,8 +72,28 @@ fn compile_route(
     clusters: &HashMap<ClusterKey, Arc<Cluster>>,
     metrics: &Metrics,
 ) -> Action {
-    let ingress = format!("{}/{}", r.source.namespace, r.source.name);
-    let (target, service) = match &r.action {
+    let mut action = compile_action(r, &r.action, &r.source, clusters, metrics);
+    // A canary takes the main route's options (ingress-nginx ignores a canary Ingress's other
+    // annotations); only its backend and its names differ.
+    action.canary = r.canary.as_ref().and_then(|c| {
+        let rule = CanaryRule::compile(c)?;
+        let mut side = compile_action(r, &c.action, &c.source, clusters, metrics);
+        side.general_only = true;
+        Some(Box::new((rule, side)))
+    });
+    action.general_only |= action.canary.is_some();
+    action
+}
+
+fn compile_action(
+    r: &Route,
+    route_action: &RouteAction,
+    source: &sluice_config::ObjectRef,
+    clusters: &HashMap<ClusterKey, Arc<Cluster>>,
+    metrics: &Metrics,
+) -> Action {
+    let ingress = format!("{}/{}", source.namespace, source.name);
+    let (target, service) = match route_action {
         RouteAction::Cluster(k) => match clusters.get(k) {
             Some(c) => (Target::Cluster(Arc::clone(c)), c.name.clone()),
             None => (
@@ -76,9 +114,13 @@ fn compile_route(
         };
         HeaderValue::from_str(&v).ok()
     });
+    let edits = Edits::compile(&r.options.edits, &r.path);
     Action {
         target,
-        ssl_redirect: r.options.ssl_redirect,
+        ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
+        general_only: edits.is_some(),
+        edits,
+        canary: None,
         hsts,
         next_upstream: r.options.next_upstream,
         stats: RouteStats::new(metrics, &ingress, &service),

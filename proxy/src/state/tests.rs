@@ -53,6 +53,7 @@ fn route(kind: PathKind, path: &str, service: &str) -> Route {
         action: RouteAction::Cluster(key(service)),
         source: ObjectRef::new("Ingress", "ns", "ing"),
         options: RouteOptions::default(),
+        canary: None,
     }
 }
 

@@ -67,7 +67,7 @@ pub fn request_hash(key: &HashKey, src: &KeySource<'_>) -> Option<u64> {
 }
 
 /// The value of cookie `name` in a `Cookie` header value.
-fn cookie<'a>(header: &'a [u8], name: &str) -> Option<&'a [u8]> {
+pub(crate) fn cookie<'a>(header: &'a [u8], name: &str) -> Option<&'a [u8]> {
     header.split(|b| *b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let eq = pair.iter().position(|b| *b == b'=')?;

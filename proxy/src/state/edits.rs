@@ -1,0 +1,280 @@
+//! A route's ingress-nginx edits and its canary, compiled for request time: header values
+//! checked once, regular expressions built once, so a request only matches and copies.
+
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Uri};
+use regex::Regex;
+use sluice_config::annotations::traffic::{expand, path_regex};
+use sluice_config::behaviour::{Canary, HeaderRule, RouteEdits};
+use sluice_config::{PathKind, PathMatch};
+
+use crate::upstream::balance::cookie;
+
+/// The compiled [`RouteEdits`] of a route.
+#[derive(Debug)]
+pub struct Edits {
+    /// Answer with this redirect (status, `Location`).
+    pub redirect: Option<(StatusCode, HeaderValue)>,
+    /// `app-root`: where `/` is redirected (302).
+    pub app_root: Option<String>,
+    /// `rewrite-target`: the route's expression and the template.
+    pub rewrite: Option<(Regex, String)>,
+    /// `X-Forwarded-Prefix` to send.
+    pub forwarded_prefix: Option<HeaderValue>,
+    /// `Host` to send.
+    pub upstream_vhost: Option<HeaderValue>,
+    /// Largest request body, instead of `--max-body-size`.
+    pub max_body_size: Option<u64>,
+    /// Wait for the response head, instead of `--request-timeout`.
+    pub read_timeout: Option<Duration>,
+}
+
+impl Edits {
+    /// Compiles a route's edits; `None` when it has none (the common case keeps the direct
+    /// path). Values were checked by translation; one that still cannot be a header value is
+    /// dropped rather than sent.
+    pub fn compile(e: &RouteEdits, path: &PathMatch) -> Option<Box<Self>> {
+        if e.is_empty() {
+            return None;
+        }
+        let value = |v: &Option<String>| v.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
+        let rewrite = match (&e.rewrite_target, path.kind) {
+            // nginx runs `rewrite "(?i)path" target` on the URI: the route's own expression.
+            (Some(t), PathKind::Regex) => path_regex(&path.path).ok().map(|re| (re, t.clone())),
+            _ => None,
+        };
+        Some(Box::new(Self {
+            redirect: e.redirect.as_ref().and_then(|r| {
+                Some((
+                    StatusCode::from_u16(r.code).ok()?,
+                    HeaderValue::from_str(&r.location).ok()?,
+                ))
+            }),
+            app_root: e.app_root.clone(),
+            rewrite,
+            forwarded_prefix: value(&e.forwarded_prefix),
+            upstream_vhost: value(&e.upstream_vhost),
+            max_body_size: e.max_body_size,
+            read_timeout: e.read_timeout,
+        }))
+    }
+
+    /// Edits a request on its way upstream: the rewritten target, `Host` from
+    /// `upstream-vhost`, `X-Forwarded-Prefix`.
+    pub fn apply(&self, parts: &mut http::request::Parts) {
+        if let Some(uri) = self.rewritten(&parts.uri) {
+            parts.uri = uri;
+        }
+        if let Some(v) = &self.upstream_vhost {
+            parts.headers.insert(header::HOST, v.clone());
+        }
+        if let Some(v) = &self.forwarded_prefix {
+            parts
+                .headers
+                .insert(HeaderName::from_static("x-forwarded-prefix"), v.clone());
+        }
+    }
+
+    /// The request target after `rewrite-target`: the path replaced by the template (its
+    /// captures expanded), the client's query kept after any query the template adds, as
+    /// nginx's `rewrite` does. `None` when the route does not rewrite or its expression does
+    /// not match (the request then goes as it came), or the result is not a valid target.
+    pub fn rewritten(&self, uri: &Uri) -> Option<Uri> {
+        let (re, template) = self.rewrite.as_ref()?;
+        let caps = re.captures(uri.path())?;
+        let mut out = String::with_capacity(template.len() + uri.path().len());
+        expand(template, &caps, &mut out);
+        if let Some(q) = uri.query() {
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(q);
+        }
+        out.parse().ok()
+    }
+}
+
+/// How a request's header selects the canary.
+#[derive(Debug)]
+enum HeaderMatch {
+    AlwaysNever,
+    Value(Vec<u8>),
+    Pattern(Regex),
+}
+
+/// The compiled selection rules of a canary (ingress-nginx's order: header, cookie, weight).
+#[derive(Debug)]
+pub struct CanaryRule {
+    header: Option<(HeaderName, HeaderMatch)>,
+    cookie: Option<String>,
+    weight: u32,
+    total: u32,
+}
+
+impl CanaryRule {
+    /// Compiles the rules; `None` when a header name or pattern cannot be used (translation
+    /// checked both, so this is defence only: the canary then takes no traffic).
+    pub fn compile(c: &Canary) -> Option<Self> {
+        let header = match &c.header {
+            None => None,
+            Some((name, rule)) => Some((
+                HeaderName::from_bytes(name.as_bytes()).ok()?,
+                match rule {
+                    HeaderRule::AlwaysNever => HeaderMatch::AlwaysNever,
+                    HeaderRule::Value(v) => HeaderMatch::Value(v.as_bytes().to_vec()),
+                    HeaderRule::Pattern(p) => HeaderMatch::Pattern(Regex::new(p).ok()?),
+                },
+            )),
+        };
+        Some(Self {
+            header,
+            cookie: c.cookie.clone(),
+            weight: c.weight,
+            total: c.weight_total.max(1),
+        })
+    }
+
+    /// Whether this request goes to the canary. `roll` gives a number in `1..=total` (random
+    /// in service; fixed in tests).
+    pub fn selects(&self, headers: &HeaderMap, roll: impl FnOnce(u32) -> u32) -> bool {
+        if let Some((name, rule)) = &self.header
+            && let Some(v) = headers.get(name)
+        {
+            let v = v.as_bytes();
+            match rule {
+                HeaderMatch::Value(want) if v == want.as_slice() => return true,
+                HeaderMatch::Pattern(re)
+                    if std::str::from_utf8(v).is_ok_and(|s| re.is_match(s)) =>
+                {
+                    return true;
+                }
+                HeaderMatch::AlwaysNever if v == b"always" => return true,
+                HeaderMatch::AlwaysNever if v == b"never" => return false,
+                _ => {}
+            }
+        }
+        if let Some(name) = &self.cookie {
+            for h in headers.get_all(header::COOKIE) {
+                match cookie(h.as_bytes(), name) {
+                    Some(b"always") => return true,
+                    Some(b"never") => return false,
+                    _ => {}
+                }
+            }
+        }
+        self.weight > 0 && roll(self.total) <= self.weight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_config::behaviour::Redirect;
+    use sluice_config::{ObjectRef, RouteAction};
+
+    fn canary(header: Option<(&str, HeaderRule)>, cookie: Option<&str>, weight: u32) -> CanaryRule {
+        CanaryRule::compile(&Canary {
+            action: RouteAction::Unavailable(String::new()),
+            source: ObjectRef::new("Ingress", "default", "c"),
+            header: header.map(|(n, r)| (n.to_string(), r)),
+            cookie: cookie.map(str::to_string),
+            weight,
+            weight_total: 100,
+        })
+        .unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    /// The order and the fall-throughs of ingress-nginx's `route_to_alternative_balancer`.
+    #[test]
+    fn header_then_cookie_then_weight() {
+        let never_roll = |_| 101;
+        let always_roll = |_| 1;
+        let plain = canary(Some(("x-canary", HeaderRule::AlwaysNever)), Some("c"), 0);
+        assert!(plain.selects(&headers(&[("x-canary", "always")]), never_roll));
+        assert!(!plain.selects(
+            &headers(&[("x-canary", "never"), ("cookie", "c=always")]),
+            always_roll
+        ));
+        // Another value falls through to the cookie.
+        assert!(plain.selects(
+            &headers(&[("x-canary", "maybe"), ("cookie", "a=1; c=always")]),
+            never_roll
+        ));
+        assert!(!plain.selects(&headers(&[("cookie", "c=never")]), always_roll));
+        // Weight 0 never selects, whatever the roll.
+        assert!(!plain.selects(&headers(&[]), always_roll));
+
+        let by_value = canary(Some(("x-canary", HeaderRule::Value("v2".into()))), None, 10);
+        assert!(by_value.selects(&headers(&[("x-canary", "v2")]), never_roll));
+        // With a value rule, `always` is just another value: on to the weight.
+        assert!(!by_value.selects(&headers(&[("x-canary", "always")]), never_roll));
+        assert!(by_value.selects(&headers(&[("x-canary", "never")]), always_roll));
+        assert!(by_value.selects(&headers(&[]), |_| 10));
+        assert!(!by_value.selects(&headers(&[]), |_| 11));
+
+        let by_pattern = canary(
+            Some(("x-user", HeaderRule::Pattern("^beta-".into()))),
+            None,
+            0,
+        );
+        assert!(by_pattern.selects(&headers(&[("x-user", "beta-7")]), never_roll));
+        assert!(!by_pattern.selects(&headers(&[("x-user", "gamma")]), always_roll));
+        // HTTP/2 clients may split cookies over several fields.
+        let by_cookie = canary(None, Some("c"), 0);
+        assert!(by_cookie.selects(
+            &headers(&[("cookie", "a=1"), ("cookie", "c=always")]),
+            never_roll
+        ));
+    }
+
+    #[test]
+    fn rewrites_keep_the_query_after_the_template() {
+        let path = PathMatch {
+            kind: PathKind::Regex,
+            path: "/something(/|$)(.*)".into(),
+        };
+        let e = Edits::compile(
+            &RouteEdits {
+                rewrite_target: Some("/$2".into()),
+                ..RouteEdits::default()
+            },
+            &path,
+        )
+        .unwrap();
+        let r = |u: &str| e.rewritten(&u.parse().unwrap()).map(|u| u.to_string());
+        assert_eq!(r("/something/a/b?x=1").as_deref(), Some("/a/b?x=1"));
+        assert_eq!(r("/something").as_deref(), Some("/"));
+        assert_eq!(r("/other"), None);
+        let e = Edits::compile(
+            &RouteEdits {
+                rewrite_target: Some("/v2/$2?from=edge".into()),
+                redirect: Some(Redirect {
+                    code: 308,
+                    location: "https://x.test/".into(),
+                }),
+                ..RouteEdits::default()
+            },
+            &path,
+        )
+        .unwrap();
+        assert_eq!(
+            e.rewritten(&"/something/a?x=1".parse().unwrap())
+                .map(|u| u.to_string())
+                .as_deref(),
+            Some("/v2/a?from=edge&x=1")
+        );
+        assert_eq!(e.redirect.as_ref().map(|r| r.0.as_u16()), Some(308));
+        assert!(Edits::compile(&RouteEdits::default(), &path).is_none());
+    }
+}

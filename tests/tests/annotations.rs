@@ -1,0 +1,367 @@
+//! The ingress-nginx traffic annotations end to end through `sluice serve` over real sockets:
+//! redirects, app-root, rewrite-target with regex paths, upstream-vhost, x-forwarded-prefix,
+//! proxy-body-size, proxy-read-timeout, force-ssl-redirect, snippets refused, and canaries
+//! (header, cookie, weight; a weight changed under load with no failed request, and the split
+//! measured over 10,000 requests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use sluice_tests::*;
+
+const N: &str = "nginx.ingress.kubernetes.io/";
+
+fn k(name: &str) -> String {
+    format!("{N}{name}")
+}
+
+/// GET with extra request headers.
+async fn get_with(
+    c: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Got {
+    let mut req = Request::get(format!("http://{addr}{path}")).header("host", host);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = c.request(req.body(Empty::new()).unwrap()).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+/// Writes a raw request and returns the status line of the answer.
+async fn raw_status(addr: SocketAddr, request: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+fn echo_field<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+}
+
+async fn base(m: &Manifests, svcs: &[(&str, SocketAddr)]) {
+    m.write("class.yaml", &ingress_class());
+    let services: Vec<String> = svcs.iter().map(|(n, _)| service(n)).collect();
+    m.write("svc.yaml", &services.join("---\n"));
+    let slices: Vec<String> = svcs
+        .iter()
+        .map(|(n, a)| endpoint_slices(n, &[*a]))
+        .collect();
+    m.write("eps.yaml", &slices.join("---\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_rewrites_and_request_edits() {
+    let a = backend("a").await;
+    let m = Manifests::new();
+    base(&m, &[("svc-a", a.addr)]).await;
+    // (name and host, path, annotations without the nginx prefix)
+    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let rows: &[Row] = &[
+        (
+            "perm",
+            "/",
+            &[("permanent-redirect", "https://new.test/landing")],
+        ),
+        (
+            "perm-code",
+            "/",
+            &[
+                ("permanent-redirect", "https://new.test/"),
+                ("permanent-redirect-code", "308"),
+            ],
+        ),
+        (
+            "temp",
+            "/",
+            &[("temporal-redirect", "http://elsewhere.test/")],
+        ),
+        ("approot", "/", &[("app-root", "/foo")]),
+        (
+            "rewrite",
+            "/something(/|$)(.*)",
+            &[("rewrite-target", "/echo?rest=$2")],
+        ),
+        (
+            "edits",
+            "/",
+            &[
+                ("upstream-vhost", "internal.svc.test"),
+                ("x-forwarded-prefix", "/edge"),
+                ("proxy-body-size", "1k"),
+                ("proxy-read-timeout", "1"),
+                ("configuration-snippet", "more_set_headers \"X-Evil: 1\";"),
+            ],
+        ),
+        ("force", "/", &[("force-ssl-redirect", "true")]),
+        ("plain", "/", &[]),
+    ];
+    let ings: Vec<String> = rows
+        .iter()
+        .map(|(name, path, ann)| {
+            let keys: Vec<String> = ann.iter().map(|(a, _)| k(a)).collect();
+            let ann: Vec<(&str, &str)> = keys
+                .iter()
+                .zip(ann.iter())
+                .map(|(key, (_, v))| (key.as_str(), *v))
+                .collect();
+            let host = format!("{name}.test");
+            annotated_ingress(
+                name,
+                &host,
+                &[(path, "ImplementationSpecific", "svc-a")],
+                &ann,
+            )
+        })
+        .collect();
+    m.write("ing.yaml", &ings.join("---\n"));
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let c = client();
+
+    let r = get(&c, http, "perm.test", "/any/path?q=1").await.unwrap();
+    assert_eq!(r.status, 301);
+    assert_eq!(r.headers["location"], "https://new.test/landing");
+    assert_eq!(
+        a.requests.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "a redirect never reaches the backend"
+    );
+    let r = get(&c, http, "perm-code.test", "/").await.unwrap();
+    assert_eq!(
+        (r.status.as_u16(), &r.headers["location"]),
+        (
+            308,
+            &"https://new.test/".parse::<http::HeaderValue>().unwrap()
+        )
+    );
+    let r = get(&c, http, "temp.test", "/x").await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(r.headers["location"], "http://elsewhere.test/");
+
+    // app-root: only `/` is redirected, with the client's host and port, as ingress-nginx's
+    // `return 302 $scheme://$http_host/foo`.
+    let r = get(&c, http, "approot.test:8080", "/").await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(r.headers["location"], "http://approot.test:8080/foo");
+    let r = get(&c, http, "approot.test", "/other").await.unwrap();
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("a")));
+
+    // rewrite-target: the path is replaced, the captures expanded, the query kept after the
+    // template's; matching is case-insensitive.
+    let r = get(&c, http, "rewrite.test", "/SOMETHING/deep/er?x=1")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        echo_field(&r.text(), "path"),
+        Some("/echo?rest=deep/er&x=1")
+    );
+    let r = get(&c, http, "rewrite.test", "/something").await.unwrap();
+    assert_eq!(echo_field(&r.text(), "path"), Some("/echo?rest="));
+    let r = get(&c, http, "rewrite.test", "/nothing").await.unwrap();
+    assert_eq!(r.status, 404);
+
+    // upstream-vhost and x-forwarded-prefix reach the backend; the snippet is not executed.
+    let r = get(&c, http, "edits.test", "/echo").await.unwrap();
+    let body = r.text();
+    assert_eq!(
+        echo_field(&body, "host"),
+        Some("internal.svc.test"),
+        "{body}"
+    );
+    assert_eq!(echo_field(&body, "x-forwarded-prefix"), Some("/edge"));
+    assert!(!r.headers.contains_key("x-evil"));
+
+    // proxy-body-size: 1k here, the global default elsewhere.
+    let post = |host: &str, len: usize| {
+        format!(
+            "POST /echo HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{}",
+            "x".repeat(len)
+        )
+    };
+    assert!(
+        raw_status(http, &post("edits.test", 2000))
+            .await
+            .contains(" 413 ")
+    );
+    assert!(
+        raw_status(http, &post("edits.test", 1000))
+            .await
+            .contains(" 200 ")
+    );
+    assert!(
+        raw_status(http, &post("plain.test", 2000))
+            .await
+            .contains(" 200 ")
+    );
+
+    // proxy-read-timeout 1 s: a 3 s answer is a 504 after about a second.
+    let t = Instant::now();
+    let r = get(&c, http, "edits.test", "/?delay_ms=3000")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 504);
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    let r = get(&c, http, "plain.test", "/?delay_ms=1500")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+
+    // force-ssl-redirect redirects even without a TLS section; ssl-redirect alone would not.
+    let r = get(&c, http, "force.test", "/p?q=1").await.unwrap();
+    assert_eq!(r.status, 308);
+    let https = s.running.https_addr.unwrap();
+    assert_eq!(
+        r.headers["location"],
+        format!("https://force.test:{}/p?q=1", https.port()).as_str()
+    );
+    let r = get(&c, http, "plain.test", "/").await.unwrap();
+    assert_eq!(r.status, 200);
+
+    // The refused snippet is reported, once, in the status API's problems.
+    let admin = s.running.admin_addr;
+    let status = get(&c, admin, "localhost", "/api/v1/status").await.unwrap();
+    let text = status.text();
+    assert!(
+        text.contains("configuration-snippet refused"),
+        "status problems: {text}"
+    );
+}
+
+/// Counts backends over `n` requests from `workers` concurrent keep-alive clients.
+async fn split(addr: SocketAddr, host: &str, n: usize, workers: usize) -> (u64, u64, Vec<String>) {
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let host = host.to_string();
+            tokio::spawn(async move {
+                let c = client();
+                let (mut main, mut canary, mut failed) = (0, 0, Vec::new());
+                for _ in 0..n / workers {
+                    match get(&c, addr, &host, "/").await {
+                        Ok(r) if r.status == 200 && r.backend() == Some("main") => main += 1,
+                        Ok(r) if r.status == 200 && r.backend() == Some("canary") => canary += 1,
+                        Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (main, canary, failed)
+            })
+        })
+        .collect();
+    let mut out = (0, 0, Vec::new());
+    for t in tasks {
+        let (m, c, f) = t.await.unwrap();
+        out.0 += m;
+        out.1 += c;
+        out.2.extend(f);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_by_header_cookie_and_weight_and_a_weight_changed_under_load() {
+    let (main, canary) = (backend("main").await, backend("canary").await);
+    let m = Manifests::new();
+    base(&m, &[("svc-main", main.addr), ("svc-canary", canary.addr)]).await;
+    m.write(
+        "main.yaml",
+        &ingress("main", "app.test", &[("/", "Prefix", "svc-main")]),
+    );
+    let canary_yaml = |weight: &str| {
+        annotated_ingress(
+            "canary",
+            "app.test",
+            &[("/", "Prefix", "svc-canary")],
+            &[
+                (&k("canary"), "true"),
+                (&k("canary-by-header"), "X-Canary"),
+                (&k("canary-by-cookie"), "use_canary"),
+                (&k("canary-weight"), weight),
+            ],
+        )
+    };
+    m.write("canary.yaml", &canary_yaml("0"));
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let c = client();
+
+    // ingress-nginx's order: header (always/never), then cookie, then weight (0 here).
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[], "main"),
+        (&[("x-canary", "always")], "canary"),
+        (
+            &[("x-canary", "never"), ("cookie", "use_canary=always")],
+            "main",
+        ),
+        (&[("cookie", "a=b; use_canary=always")], "canary"),
+        (
+            &[("x-canary", "other"), ("cookie", "use_canary=always")],
+            "canary",
+        ),
+    ];
+    for (headers, want) in cases {
+        let r = get_with(&c, http, "app.test", "/", headers).await;
+        assert_eq!(r.backend(), Some(*want), "{headers:?}");
+    }
+
+    // Weights changed under load: no request fails while the snapshot is swapped.
+    let load = Load::start(http, "app.test", 4, Duration::ZERO);
+    for w in ["50", "100", "30"] {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        m.write("canary.yaml", &canary_yaml(w));
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let seen = load.finish().await;
+    assert!(
+        seen.failures.is_empty(),
+        "{:?}",
+        &seen.failures[..seen.failures.len().min(5)]
+    );
+    assert!(seen.ok > 200, "load ran: {seen:?}");
+    assert!(seen.by_backend.get("canary").copied().unwrap_or(0) > 0);
+
+    // The last weight (30) is in force: the split over 10,000 requests is within ±3 points.
+    let (to_main, to_canary, failed) = split(http, "app.test", 10_000, 8).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(5)]);
+    let share = to_canary as f64 * 100.0 / (to_main + to_canary) as f64;
+    eprintln!(
+        "canary-weight 30: {to_canary} of {} requests = {share:.2}%",
+        to_main + to_canary
+    );
+    assert!((27.0..=33.0).contains(&share), "canary share {share:.2}%");
+}
