@@ -32,6 +32,14 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run in a Kubernetes cluster (in-cluster config, or KUBECONFIG).
     Controller(ControllerArgs),
+    /// Report what sluice does with each annotation of your Ingresses (migration check).
+    ///
+    /// Per Ingress and annotation: honoured, differs (how), unsupported, refused, fails
+    /// closed, or invalid (why). Exits 1 when any annotation in use is not honoured (differs
+    /// is allowed), 2 when the input cannot be read.
+    ///
+    /// Example: sluice check manifests/ ; sluice check --cluster --format json
+    Check(crate::check::CheckArgs),
 }
 
 /// Log output format.

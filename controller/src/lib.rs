@@ -1,9 +1,11 @@
 //! The `sluice` binary's library: the CLI, the two run modes — [`serve`] (standalone, objects
 //! from YAML files) and [`cluster`] (`sluice controller`: objects from the API server, status,
-//! leader election) — and the wiring both share to the data plane ([`app`]).
+//! leader election) — the wiring both share to the data plane ([`app`]), and the migration
+//! report [`check`].
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod logging;

@@ -9,6 +9,7 @@ fn main() -> std::process::ExitCode {
     let common = match &cli.command {
         Command::Serve(a) => a.common.clone(),
         Command::Controller(a) => a.common.clone(),
+        Command::Check(a) => return check(a),
     };
     if let Err(e) = sluice::logging::init(common.log_format, &common.log_level) {
         eprintln!("sluice: {e:#}");
@@ -39,6 +40,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve(a) => sluice::serve::run(a).await,
             Command::Controller(a) => sluice::cluster::run(a).await,
+            Command::Check(_) => Ok(()),
         }
     });
     match result {
@@ -49,4 +51,20 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `sluice check`: a one-shot report on stdout, no logging set up, its own exit codes.
+fn check(args: &sluice::check::CheckArgs) -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    std::process::ExitCode::from(rt.block_on(sluice::check::run(args, &mut out)))
 }
