@@ -31,6 +31,12 @@ pub struct RouteEdits {
     pub forwarded_prefix: Option<String>,
     /// `upstream-vhost`: the `Host` sent upstream instead of the client's.
     pub upstream_vhost: Option<String>,
+}
+
+/// Per-route limits: from the route's annotation, else the controller ConfigMap, else (`None`)
+/// the flag. Both request paths honour them, so they do not cost a route its direct path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RouteLimits {
     /// `proxy-body-size`: largest request body (`Some(u64::MAX)` for `0`, no limit).
     pub max_body_size: Option<u64>,
     /// `proxy-read-timeout`: how long to wait for the upstream's response head.

@@ -12,6 +12,7 @@
 pub mod annotations;
 pub mod behaviour;
 pub mod cidr;
+pub mod configmap;
 pub mod host;
 pub mod matcher;
 pub mod model;

@@ -268,6 +268,8 @@ pub struct RouteOptions {
     pub next_upstream: NextUpstream,
     /// Everything else the ingress-nginx annotations ask of a route.
     pub edits: crate::behaviour::RouteEdits,
+    /// Body size and response-head timeout.
+    pub limits: crate::behaviour::RouteLimits,
 }
 
 /// Path match type after translation; `ImplementationSpecific` is translated to `Prefix`.
@@ -377,6 +379,11 @@ pub struct Settings {
     pub ssl_redirect: bool,
     /// Default per-endpoint limit of requests in flight (`--upstream-max-connections`).
     pub max_in_flight: Option<u32>,
+    /// HSTS for routes whose Ingress does not say (the controller ConfigMap's `hsts` keys).
+    pub hsts: Option<Hsts>,
+    /// Limits for routes whose Ingress does not say (the controller ConfigMap); `None` fields
+    /// leave the flags in force.
+    pub limits: crate::behaviour::RouteLimits,
 }
 
 impl Default for Settings {
@@ -385,6 +392,8 @@ impl Default for Settings {
             balance: BalancePolicy::LeastRequest,
             ssl_redirect: true,
             max_in_flight: None,
+            hsts: None,
+            limits: crate::behaviour::RouteLimits::default(),
         }
     }
 }

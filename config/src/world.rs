@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -35,6 +35,8 @@ pub struct World {
     pub services: BTreeMap<Key, Arc<Service>>,
     /// Secrets by key.
     pub secrets: BTreeMap<Key, Arc<Secret>>,
+    /// ConfigMaps by key (the controller ConfigMap is looked up here).
+    pub config_maps: BTreeMap<Key, Arc<ConfigMap>>,
     endpoint_slices: BTreeMap<Key, Arc<EndpointSlice>>,
     slices_by_service: BTreeMap<Key, BTreeSet<String>>,
 }
@@ -51,6 +53,12 @@ impl World {
     /// An empty world.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Inserts or replaces a ConfigMap.
+    pub fn put_config_map(&mut self, o: impl Into<Arc<ConfigMap>>) {
+        let o = o.into();
+        self.config_maps.insert(key_of(&o.metadata), o);
     }
 
     /// Inserts or replaces an Ingress.

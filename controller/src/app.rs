@@ -51,7 +51,12 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             },
             ssl_redirect: c.ssl_redirect,
             max_in_flight: (c.upstream_max_connections > 0).then_some(c.upstream_max_connections),
+            ..Settings::default()
         },
+        configmap: c
+            .configmap
+            .as_deref()
+            .and_then(|v| parse_object_ref("ConfigMap", v).ok()),
         default_certificate: c
             .default_ssl_certificate
             .as_deref()
@@ -98,6 +103,9 @@ impl Running {
             .map(|v| parse_object_ref("Secret", v))
             .transpose()
             .context("--default-ssl-certificate")?;
+        if let Some(v) = c.configmap.as_deref() {
+            parse_object_ref("ConfigMap", v).context("--configmap")?;
+        }
         let tls_client = match &c.upstream_ca_file {
             None => UpstreamTls::default(),
             Some(p) => {

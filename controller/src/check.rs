@@ -45,8 +45,8 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: CheckFormat,
-    /// Print the table of every ingress-nginx annotation and what sluice does with it
-    /// (Markdown, as in the README) and exit.
+    /// Print the tables of every ingress-nginx annotation and controller ConfigMap key and
+    /// what sluice does with each (Markdown, as in the README) and exit.
     #[arg(long)]
     pub annotations_table: bool,
 }
@@ -231,7 +231,12 @@ async fn client(args: &CheckArgs) -> anyhow::Result<kube::Client> {
 /// annotations in use, 2 input that cannot be read).
 pub async fn run(args: &CheckArgs, out: &mut impl Write) -> u8 {
     if args.annotations_table {
-        return match out.write_all(catalog::markdown_table().as_bytes()) {
+        let tables = format!(
+            "{}\n{}",
+            catalog::markdown_table(),
+            sluice_config::configmap::markdown_table()
+        );
+        return match out.write_all(tables.as_bytes()) {
             Ok(()) => 0,
             Err(_) => 2,
         };

@@ -132,6 +132,11 @@ pub struct CommonArgs {
     /// Secret `NAMESPACE/NAME` whose certificate is served for unknown or missing SNI.
     #[arg(long, env = "SLUICE_DEFAULT_SSL_CERTIFICATE")]
     pub default_ssl_certificate: Option<String>,
+    /// The controller ConfigMap `NAMESPACE/NAME`, in ingress-nginx's keys (watched; in `serve`
+    /// mode a ConfigMap among the manifests). Its values override the flags; an Ingress's
+    /// annotations override it.
+    #[arg(long, env = "SLUICE_CONFIGMAP")]
+    pub configmap: Option<String>,
     /// Whether a host's rules merge across namespaces (`shared`, the Ingress API) or belong to
     /// the first namespace that claimed the host (`namespace`, for clusters shared by teams).
     #[arg(long, env = "SLUICE_HOST_OWNERSHIP", value_enum, default_value_t = HostOwnershipArg::Shared)]

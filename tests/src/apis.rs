@@ -171,3 +171,68 @@ pub fn private(n: u8) -> Ipv4Addr {
     }
     Ipv4Addr::from(octets)
 }
+
+/// A two-worker runtime for the real-server variants (they run in a thread of their own,
+/// inside their network namespace).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Fails when the real server refused any of the controller's requests: the shipped RBAC must
+/// allow everything the controller does.
+pub fn assert_no_denials(api: &TestApi) {
+    let Some(real) = api.real_only() else { return };
+    let denied: Vec<_> = real
+        .requests()
+        .into_iter()
+        .filter(|a| a.user == controller_user() && a.code == 403)
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the shipped RBAC denied the controller: {denied:#?}"
+    );
+}
+
+/// Defines `$fake` and `$real`, running `$body` against each server. The real variant also
+/// checks that the shipped RBAC let the controller do everything it tried (no 403).
+#[macro_export]
+macro_rules! on_both {
+    ($body:ident, $fake:ident, $real:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $fake() {
+            $body(&$crate::apis::TestApi::fake().await).await;
+        }
+
+        $crate::real_only!(@then $body, $real, $crate::apis::assert_no_denials);
+    };
+}
+
+/// Defines `$real`, running `$body` against the real server only (in its network namespace);
+/// with `@then`, a check on the server afterwards.
+#[macro_export]
+macro_rules! real_only {
+    ($body:ident, $real:ident) => {
+        $crate::real_only!(@then $body, $real, |_: &$crate::apis::TestApi| {});
+    };
+    (@then $body:ident, $real:ident, $after:expr) => {
+        #[test]
+        #[cfg_attr(
+            no_real_apiserver,
+            ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
+        )]
+        fn $real() {
+            if !$crate::real_api::in_private_network(stringify!($real)) {
+                return;
+            }
+            $crate::apis::runtime().block_on(async {
+                let api = $crate::apis::TestApi::real().await;
+                $body(&api).await;
+                ($after)(&api);
+            });
+        }
+    };
+}

@@ -68,6 +68,13 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         prefix: "/api/v1",
+        plural: "configmaps",
+        kind: "ConfigMap",
+        api_version: "v1",
+        namespaced: true,
+    },
+    Kind {
+        prefix: "/api/v1",
         plural: "pods",
         kind: "Pod",
         api_version: "v1",

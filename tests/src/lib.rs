@@ -209,6 +209,27 @@ pub async fn get(
     })
 }
 
+/// Writes a raw request and returns the status line of the answer.
+pub async fn raw_status(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    text.lines().next().unwrap_or_default().to_string()
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
@@ -233,16 +254,7 @@ pub fn snapshot(yamls: &[String]) -> sluice_config::Snapshot {
             .unwrap()
             .objects
         {
-            use sluice::serve::yaml::Object;
-            match o {
-                Object::Ingress(x) => w.put_ingress(x),
-                Object::IngressClass(x) => w.put_ingress_class(x),
-                Object::Service(x) => w.put_service(x),
-                Object::EndpointSlice(x) => {
-                    w.put_endpoint_slice(x);
-                }
-                Object::Secret(x) => w.put_secret(x),
-            }
+            o.put_into(&mut w);
         }
     }
     sluice_config::translate(&w, &sluice_config::TranslateOptions::default())

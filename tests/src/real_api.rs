@@ -366,6 +366,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "IngressClass" => ("networking.k8s.io", "v1", "ingressclasses"),
         "Service" => ("", "v1", "services"),
         "Secret" => ("", "v1", "secrets"),
+        "ConfigMap" => ("", "v1", "configmaps"),
         "Namespace" => ("", "v1", "namespaces"),
         "ServiceAccount" => ("", "v1", "serviceaccounts"),
         "Event" => ("", "v1", "events"),

@@ -13,7 +13,6 @@ use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use sluice_tests::*;
 
@@ -42,26 +41,6 @@ async fn get_with(
         headers: parts.headers,
         body: body.collect().await.unwrap().to_bytes(),
     }
-}
-
-/// Writes a raw request and returns the status line of the answer.
-async fn raw_status(addr: SocketAddr, request: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 4096];
-    let mut got = Vec::new();
-    while !got.windows(2).any(|w| w == b"\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&got);
-    text.lines().next().unwrap_or_default().to_string()
 }
 
 fn echo_field<'a>(body: &'a str, name: &str) -> Option<&'a str> {
@@ -364,4 +343,36 @@ async fn canaries_by_header_cookie_and_weight_and_a_weight_changed_under_load() 
         to_main + to_canary
     );
     assert!((27.0..=33.0).contains(&share), "canary share {share:.2}%");
+}
+
+/// In `serve` mode the controller ConfigMap is one of the manifests; editing its file applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_the_configmap_from_the_manifests() {
+    let a = backend("a").await;
+    let m = Manifests::new();
+    base(&m, &[("svc-a", a.addr)]).await;
+    m.write(
+        "ing.yaml",
+        &ingress("plain", "plain.test", &[("/", "Prefix", "svc-a")]),
+    );
+    let cm = |size: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: default\ndata:\n  proxy-body-size: {size}\n"
+        )
+    };
+    m.write("cm.yaml", &cm("1k"));
+    let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    let http = s.running.http_addr.unwrap();
+    let post = format!(
+        "POST /echo HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 2000\r\nConnection: close\r\n\r\n{}",
+        "x".repeat(2000)
+    );
+    assert!(raw_status(http, &post).await.contains(" 413 "));
+    m.write("cm.yaml", &cm("2k"));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            raw_status(http, &post).await.contains(" 200 ")
+        })
+        .await
+    );
 }

@@ -10,54 +10,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_tests::apis::{TestApi, controller_user};
+use sluice_tests::apis::{TestApi, assert_no_denials};
 use sluice_tests::fake_api::FakeApi;
-use sluice_tests::real_api::in_private_network;
 use sluice_tests::*;
-
-/// Defines `$fake` and `$real`, running `$body` against each server. The real variant also
-/// checks that the shipped RBAC let the controller do everything it tried (no 403).
-macro_rules! on_both {
-    ($body:ident, $fake:ident, $real:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $fake() {
-            $body(&TestApi::fake().await).await;
-        }
-
-        #[test]
-        #[cfg_attr(
-            no_real_apiserver,
-            ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
-        )]
-        fn $real() {
-            if !in_private_network(stringify!($real)) {
-                return;
-            }
-            runtime().block_on(async {
-                let api = TestApi::real().await;
-                $body(&api).await;
-                assert_no_denials(&api);
-            });
-        }
-    };
-}
-
-/// Defines `$real`, running `$body` against the real server only (in its network namespace).
-macro_rules! real_only {
-    ($body:ident, $real:ident) => {
-        #[test]
-        #[cfg_attr(
-            no_real_apiserver,
-            ignore = "needs root, unshare and ip, and target/kube-apiserver (tests/kube-apiserver/build.sh)"
-        )]
-        fn $real() {
-            if !in_private_network(stringify!($real)) {
-                return;
-            }
-            runtime().block_on(async { $body(&TestApi::real().await).await });
-        }
-    };
-}
+use sluice_tests::{on_both, real_only};
 
 /// Polls `/readyz` like a kubelet (up to `polls` times, 50 ms apart); once it is 200, `host`
 /// must already be routed to `backend` (no 404 after ready). Returns whether it got ready.
@@ -80,27 +36,6 @@ async fn ready_with_routes(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn assert_no_denials(api: &TestApi) {
-    let Some(real) = api.real_only() else { return };
-    let denied: Vec<_> = real
-        .requests()
-        .into_iter()
-        .filter(|a| a.user == controller_user() && a.code == 403)
-        .collect();
-    assert!(
-        denied.is_empty(),
-        "the shipped RBAC denied the controller: {denied:#?}"
-    );
 }
 
 async fn base(api: &TestApi, svc: &str, addrs: &[std::net::SocketAddr]) {
@@ -615,7 +550,7 @@ async fn missing_permission(api: &TestApi) {
     assert!(
         eventually(Duration::from_secs(10), || async {
             real.requests().iter().any(|r| {
-                r.user == controller_user()
+                r.user == sluice_tests::apis::controller_user()
                     && r.code == 403
                     && r.request.path.contains("endpointslices")
             })

@@ -60,11 +60,14 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// API calls the controller makes in its own namespace only (leader election).
-const NAMESPACE_CALLS: &[(&str, &str, &[&str])] = &[(
-    "coordination.k8s.io",
-    "leases",
-    &["get", "create", "update", "patch"],
-)];
+const NAMESPACE_CALLS: &[(&str, &str, &[&str])] = &[
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update", "patch"],
+    ),
+    ("", "configmaps", &["get", "list", "watch"]),
+];
 
 /// Verbs that change state.
 const WRITE_VERBS: &[&str] = &[
@@ -383,6 +386,19 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
     let pod = pod_spec(source, ds);
     let container = sluice_container(source, pod);
     let args = args(container);
+
+    // The controller ConfigMap the flag names is part of the install, in the controller's
+    // namespace (the Role grants ConfigMaps there only).
+    let cm = flag(args, "configmap").unwrap_or_else(|| panic!("{source}: no --configmap"));
+    assert!(
+        r.config_maps.iter().any(|c| format!(
+            "{}/{}",
+            c.metadata.namespace.as_deref().unwrap_or_default(),
+            c.metadata.name.as_deref().unwrap_or_default()
+        ) == cm
+            && cm.starts_with(&format!("{namespace}/"))),
+        "{source}: --configmap {cm} is not a ConfigMap of this install in {namespace}"
+    );
 
     // Network.
     if host_network {
@@ -910,6 +926,7 @@ const KUSTOMIZE_KINDS: &[(&str, usize)] = &[
     ("RoleBinding", 1),
     ("IngressClass", 1),
     ("DaemonSet", 1),
+    ("ConfigMap", 1),
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -956,6 +973,7 @@ fn kustomize_base() {
             "--admin-expose=metrics",
             "--shutdown-timeout=25",
             "--log-format=json",
+            "--configmap=sluice-system/sluice",
         ],
         "base: arguments"
     );
@@ -1030,6 +1048,7 @@ fn helm_chart_default_values() {
         ("RoleBinding", 1),
         ("IngressClass", 1),
         ("DaemonSet", 1),
+        ("ConfigMap", 1),
     ]);
     check_controller(&r, true, true);
     let class = &r.ingress_classes[0];
@@ -1086,6 +1105,7 @@ fn helm_chart_variants() {
         ("RoleBinding", 1),
         ("IngressClass", 1),
         ("DaemonSet", 1),
+        ("ConfigMap", 1),
         ("Service", 1),
     ]);
     check_controller(&r, false, false);

@@ -66,8 +66,7 @@ const fn e(name: &'static str, support: Support, note: &'static str) -> Entry {
 use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
 
 const NOT_YET: &str = "not implemented yet: served as if the annotation were absent";
-const ACCESS: &str =
-    "enforcement comes with the access-control issue; until then the Ingress answers 503";
+const ACCESS: &str = "not enforced yet: the Ingress answers 503 rather than serve open";
 const SNIPPET: &str = "raw nginx configuration is never executed; use the typed annotations";
 const NGINX_ONLY: &str = "an nginx tuning knob with no counterpart in sluice";
 

@@ -57,6 +57,8 @@ pub struct TranslateOptions {
     pub default_certificate: Option<ObjectRef>,
     /// Whether a host's rules merge across namespaces (`--host-ownership`).
     pub host_ownership: HostOwnership,
+    /// The controller ConfigMap (`--configmap`), read from the world.
+    pub configmap: Option<ObjectRef>,
 }
 
 impl Default for TranslateOptions {
@@ -68,6 +70,7 @@ impl Default for TranslateOptions {
             settings: Settings::default(),
             default_certificate: None,
             host_ownership: HostOwnership::Shared,
+            configmap: None,
         }
     }
 }
@@ -192,6 +195,7 @@ fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
 /// [`Snapshot::problems`] and only the bad piece is dropped (or answers 503).
 pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let mut problems = Problems::default();
+    let settings = options::settings(world, opts, &mut problems);
     let mut ours: Vec<&Ingress> = world
         .ingresses
         .values()
@@ -202,11 +206,8 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let owners = (opts.host_ownership == HostOwnership::Namespace).then(|| Owners::claim(&ours));
 
     let tls = tls::collect(world, &ours, owners.as_ref(), &mut problems);
-    let mut backends = backend::Resolver::new(
-        world,
-        opts.settings.balance.clone(),
-        opts.settings.max_in_flight,
-    );
+    let mut backends =
+        backend::Resolver::new(world, settings.balance.clone(), settings.max_in_flight);
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
     // Canary paths wait for every main route; regex hosts are rewritten once all is read.
@@ -235,7 +236,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 continue;
             }
         };
-        let options = options::route_options(ing, &src, &opts.settings, &mut problems);
+        let options = options::route_options(ing, &src, &settings, &mut problems);
         let regex = options::wants_regex(ing);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let locked = options::fail_closed(ing, &src, &mut problems);
@@ -435,7 +436,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         clusters: backends.finish(),
         tls: bindings,
         certificates,
-        settings: opts.settings.clone(),
+        settings,
         problems,
     })
 }

@@ -8,10 +8,58 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::review::{Verdict, review};
 use crate::annotations::{self, AnnotationError, both, traffic};
-use crate::behaviour::RouteEdits;
+use crate::behaviour::{RouteEdits, RouteLimits};
+use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
+use crate::world::World;
+
+use super::TranslateOptions;
 
 use super::Problems;
+
+/// The global settings: the flags' (`opts.settings`) with the controller ConfigMap's values
+/// over them. A missing ConfigMap is a Warning (the flags apply), as is every key sluice does
+/// not honour; an invalid value is a Warning on its key and the flag's value stays.
+pub(super) fn settings(world: &World, opts: &TranslateOptions, p: &mut Problems) -> Settings {
+    let mut settings = opts.settings.clone();
+    let Some(cm) = &opts.configmap else {
+        return settings;
+    };
+    let Some(obj) = world
+        .config_maps
+        .get(&(cm.namespace.clone(), cm.name.clone()))
+    else {
+        p.report(
+            Severity::Warning,
+            "ConfigMapNotFound",
+            cm,
+            "-",
+            "the controller ConfigMap does not exist; the flags' defaults apply",
+        );
+        return settings;
+    };
+    let empty = BTreeMap::new();
+    let applied = configmap::apply(obj.data.as_ref().unwrap_or(&empty), &mut settings);
+    for (key, why) in applied.invalid {
+        p.report(
+            Severity::Warning,
+            "InvalidConfigMapValue",
+            cm,
+            format!("data[{key}]"),
+            format!("{why}; the default stays"),
+        );
+    }
+    if !applied.not_honoured.is_empty() {
+        p.report(
+            Severity::Warning,
+            "ConfigMapKeysNotHonoured",
+            cm,
+            "data",
+            applied.not_honoured.join("; "),
+        );
+    }
+    settings
+}
 
 /// An Ingress's annotations, or none.
 pub(super) fn annotations_of(ing: &Ingress) -> &BTreeMap<String, String> {
@@ -108,15 +156,24 @@ pub(super) fn route_options(
         rewrite_target: or_default(traffic::rewrite_target(ann), src, p),
         forwarded_prefix: or_default(traffic::forwarded_prefix(ann), src, p),
         upstream_vhost: or_default(traffic::upstream_vhost(ann), src, p),
-        max_body_size: or_default(traffic::body_size(ann), src, p),
-        read_timeout: or_default(traffic::read_timeout(ann), src, p),
+    };
+    let limits = RouteLimits {
+        max_body_size: or_default(traffic::body_size(ann), src, p)
+            .or(settings.limits.max_body_size),
+        read_timeout: or_default(traffic::read_timeout(ann), src, p)
+            .or(settings.limits.read_timeout),
     };
     RouteOptions {
         ssl_redirect: ssl_redirect.unwrap_or(settings.ssl_redirect),
         force_ssl_redirect: or_default(traffic::flag(ann, &both!("force-ssl-redirect")), src, p)
             .unwrap_or(false),
-        hsts: or_default(annotations::hsts(ann), src, p),
+        hsts: if ann.contains_key(annotations::HSTS) {
+            or_default(annotations::hsts(ann), src, p)
+        } else {
+            settings.hsts
+        },
         next_upstream,
         edits,
+        limits,
     }
 }

@@ -133,8 +133,11 @@ fn edits_and_the_review_warning() {
     assert_eq!(e.app_root.as_deref(), Some("/app"));
     assert_eq!(e.upstream_vhost.as_deref(), Some("internal.test"));
     assert_eq!(e.forwarded_prefix.as_deref(), Some("/edge"));
-    assert_eq!(e.max_body_size, Some(8192));
-    assert_eq!(e.read_timeout, Some(std::time::Duration::from_secs(3)));
+    assert_eq!(r.options.limits.max_body_size, Some(8192));
+    assert_eq!(
+        r.options.limits.read_timeout,
+        Some(std::time::Duration::from_secs(3))
+    );
     assert!(r.options.force_ssl_redirect);
     let review: Vec<&Problem> = s
         .problems()
@@ -155,4 +158,54 @@ fn edits_and_the_review_warning() {
             .iter()
             .any(|p| p.reason == "InvalidAnnotation" && p.message.contains("later"))
     );
+}
+
+/// Annotation beats ConfigMap beats flag, and a ConfigMap change is just another snapshot.
+#[test]
+fn the_controller_configmap_sits_between_flags_and_annotations() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let mut w = base_world();
+    w.put_ingress(simple("plain", "plain.test", &[("/", "Prefix", "a")]));
+    w.put_ingress(annotated(
+        simple("own", "own.test", &[("/", "Prefix", "a")]),
+        &[("proxy-body-size", "2k"), ("ssl-redirect", "true")],
+    ));
+    let mut o = opts();
+    o.configmap = Some(ObjectRef::new("ConfigMap", "sluice-system", "sluice"));
+    // Missing: the flags apply, with a warning.
+    let s = translate(&w, &o);
+    assert!(reasons(&s).contains(&"ConfigMapNotFound"));
+    assert_eq!(
+        s.route("plain.test", "/")
+            .unwrap()
+            .options
+            .limits
+            .max_body_size,
+        None
+    );
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "sluice-system", "name": "sluice"},
+        "data": {"proxy-body-size": "1m", "ssl-redirect": "false", "hsts": "true",
+                 "proxy-read-timeout": "soon", "use-proxy-protocol": "true"}
+    }))
+    .unwrap();
+    w.put_config_map(cm);
+    let s = translate(&w, &o);
+    let plain = &s.route("plain.test", "/").unwrap().options;
+    assert_eq!(plain.limits.max_body_size, Some(1 << 20));
+    assert_eq!(
+        plain.limits.read_timeout, None,
+        "invalid value: the flag stays"
+    );
+    assert_eq!(plain.hsts.map(|h| h.max_age), Some(31_536_000));
+    assert!(!s.settings().ssl_redirect);
+    let own = &s.route("own.test", "/").unwrap().options;
+    assert_eq!(own.limits.max_body_size, Some(2048));
+    let problems: Vec<(&str, &str)> = s
+        .problems()
+        .iter()
+        .map(|p| (p.reason, p.field.as_str()))
+        .collect();
+    assert!(problems.contains(&("InvalidConfigMapValue", "data[proxy-read-timeout]")));
+    assert!(problems.contains(&("ConfigMapKeysNotHonoured", "data")));
 }

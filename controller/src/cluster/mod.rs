@@ -64,7 +64,12 @@ pub async fn start(
     let running = Running::start(&args.common, DEFAULTS, None).await?;
     let opts = translate_options(&args.common);
     let (tx, rx) = mpsc::unbounded_channel();
-    let stores = watch::start(&client, args.common.watch_namespace.as_deref(), tx);
+    let stores = watch::start(
+        &client,
+        args.common.watch_namespace.as_deref(),
+        opts.configmap.as_ref(),
+        tx,
+    );
     let (published_tx, published) = wch::channel(Published::default());
     let (changed_tx, changed) = wch::channel(0u64);
     let rebuilder = Rebuilder::new(opts.clone(), running.dp.clone(), published_tx, changed_tx);

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 // tokio's clock, so that a paused test runtime drives the quiet time and the maximum delay.
 use tokio::time::Instant;
 
-use super::watch::{ALL_KINDS, Change, KindId, Obj, Seen};
+use super::watch::{Change, KindId, Obj, Seen, kinds};
 
 /// Quiet time that ends a burst of changes.
 pub const QUIET: Duration = Duration::from_millis(30);
@@ -38,6 +38,8 @@ pub struct Rebuilder {
     opts: TranslateOptions,
     dp: Arc<DataPlane>,
     listing: HashMap<KindId, Vec<Obj>>,
+    /// The kinds watched (the ConfigMap only with `--configmap`).
+    kinds: Vec<KindId>,
     synced: HashSet<KindId>,
     dirty_since: Option<Instant>,
     last_change: Instant,
@@ -66,6 +68,7 @@ impl Rebuilder {
     ) -> Self {
         Self {
             world: World::new(),
+            kinds: kinds(opts.configmap.is_some()),
             opts,
             dp,
             listing: HashMap::new(),
@@ -81,7 +84,7 @@ impl Rebuilder {
 
     /// Whether every kind has finished its initial list.
     pub fn all_synced(&self) -> bool {
-        ALL_KINDS.iter().all(|k| self.synced.contains(k))
+        self.kinds.iter().all(|k| self.synced.contains(k))
     }
 
     fn mark_dirty(&mut self, seen: Instant) {
@@ -99,6 +102,7 @@ impl Rebuilder {
                 self.world.put_endpoint_slice(x);
             }
             Obj::Secret(x) => self.world.put_secret(x),
+            Obj::ConfigMap(x) => self.world.put_config_map(x),
         }
     }
 
@@ -120,6 +124,7 @@ impl Rebuilder {
                     KindId::Service => self.world.services.clear(),
                     KindId::Secret => self.world.secrets.clear(),
                     KindId::EndpointSlice => self.world.clear_endpoint_slices(),
+                    KindId::ConfigMap => self.world.config_maps.clear(),
                 }
                 for o in objs {
                     self.put(o);
@@ -173,6 +178,9 @@ impl Rebuilder {
                     }
                     Obj::EndpointSlice(x) => {
                         self.world.delete_endpoint_slice(&key_of(&x.metadata));
+                    }
+                    Obj::ConfigMap(x) => {
+                        self.world.config_maps.remove(&key_of(&x.metadata));
                     }
                 }
                 self.mark_dirty(seen);
@@ -266,6 +274,7 @@ fn kind_of(o: &Obj) -> KindId {
         Obj::Service(_) => KindId::Service,
         Obj::EndpointSlice(_) => KindId::EndpointSlice,
         Obj::Secret(_) => KindId::Secret,
+        Obj::ConfigMap(_) => KindId::ConfigMap,
     }
 }
 
@@ -284,7 +293,7 @@ pub async fn run(mut r: Rebuilder, mut rx: mpsc::UnboundedReceiver<Seen>) {
                     }
                     if !r.all_synced() && !logged_waiting {
                         logged_waiting = true;
-                        let waiting: BTreeSet<_> = ALL_KINDS.iter().filter(|k| !r.synced.contains(k)).collect();
+                        let waiting: BTreeSet<_> = r.kinds.iter().filter(|k| !r.synced.contains(k)).collect();
                         tracing::info!(?waiting, "waiting for the initial list of every kind before serving");
                     }
                 }
@@ -392,13 +401,13 @@ mod tests {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(run(r, rx));
             let h = Self { tx, dp, published };
-            for kind in ALL_KINDS {
+            for kind in kinds(false) {
                 h.send(Change::Init(kind));
                 let objs = match kind {
                     KindId::Ingress => vec![ingress()],
                     KindId::Service => vec![service("svc")],
                     KindId::EndpointSlice => vec![slice("svc", &["10.0.0.1"])],
-                    KindId::IngressClass | KindId::Secret => vec![],
+                    KindId::IngressClass | KindId::Secret | KindId::ConfigMap => vec![],
                 };
                 for o in objs {
                     h.send(Change::InitApply(o));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::{self, Store};
@@ -29,9 +29,12 @@ pub enum KindId {
     EndpointSlice,
     /// Secret (only `kubernetes.io/tls`).
     Secret,
+    /// The controller ConfigMap (only with `--configmap`).
+    ConfigMap,
 }
 
-/// All kinds, for readiness bookkeeping.
+/// The kinds always watched, for readiness bookkeeping (the ConfigMap is added with
+/// `--configmap`: see [`kinds`]).
 pub const ALL_KINDS: [KindId; 5] = [
     KindId::Ingress,
     KindId::IngressClass,
@@ -53,6 +56,17 @@ pub enum Obj {
     EndpointSlice(Arc<EndpointSlice>),
     /// Secret.
     Secret(Arc<Secret>),
+    /// The controller ConfigMap.
+    ConfigMap(Arc<ConfigMap>),
+}
+
+/// The kinds whose initial list the first snapshot waits for.
+pub fn kinds(configmap: bool) -> Vec<KindId> {
+    let mut k = ALL_KINDS.to_vec();
+    if configmap {
+        k.push(KindId::ConfigMap);
+    }
+    k
 }
 
 /// What a watcher reported.
@@ -133,8 +147,14 @@ where
     reader
 }
 
-/// Starts the five reflectors; events go to `tx`.
-pub fn start(client: &Client, namespace: Option<&str>, tx: mpsc::UnboundedSender<Seen>) -> Stores {
+/// Starts the five reflectors, and a sixth for the one controller ConfigMap when there is one;
+/// events go to `tx`.
+pub fn start(
+    client: &Client,
+    namespace: Option<&str>,
+    configmap: Option<&sluice_config::ObjectRef>,
+    tx: mpsc::UnboundedSender<Seen>,
+) -> Stores {
     fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -174,6 +194,16 @@ pub fn start(client: &Client, namespace: Option<&str>, tx: mpsc::UnboundedSender
         Obj::EndpointSlice,
         tx.clone(),
     );
+    if let Some(cm) = configmap {
+        // One object by name: `get`/`list`/`watch` on ConfigMaps of one namespace only.
+        spawn_kind::<ConfigMap>(
+            Api::namespaced(client.clone(), &cm.namespace),
+            cfg.clone().fields(&format!("metadata.name={}", cm.name)),
+            KindId::ConfigMap,
+            Obj::ConfigMap,
+            tx.clone(),
+        );
+    }
     spawn_kind::<Secret>(
         api(client, namespace),
         cfg.fields("type=kubernetes.io/tls"),

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,6 +31,8 @@ pub enum Object {
     EndpointSlice(EndpointSlice),
     /// v1 Secret.
     Secret(Secret),
+    /// v1 ConfigMap (the controller ConfigMap, `--configmap`).
+    ConfigMap(ConfigMap),
 }
 
 /// A document that could not be used.
@@ -121,6 +123,7 @@ fn meta_mut(o: &mut Object) -> &mut ObjectMeta {
         Object::Service(x) => &mut x.metadata,
         Object::EndpointSlice(x) => &mut x.metadata,
         Object::Secret(x) => &mut x.metadata,
+        Object::ConfigMap(x) => &mut x.metadata,
     }
 }
 
@@ -161,7 +164,8 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         ("v1", "Service") => wrap(typed(v)?, Object::Service),
         ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, Object::EndpointSlice),
         ("v1", "Secret") => wrap(typed(v)?, Object::Secret),
-        (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret") => {
+        ("v1", "ConfigMap") => wrap(typed(v)?, Object::ConfigMap),
+        (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret" | "ConfigMap") => {
             return Err((
                 "apiVersion".into(),
                 format!(
@@ -197,6 +201,22 @@ fn wrap<T>((t, unknown): (T, Vec<String>), f: fn(T) -> Object) -> (Object, Vec<S
     (f(t), unknown)
 }
 
+impl Object {
+    /// Adds (or replaces) the object in a world.
+    pub fn put_into(self, w: &mut World) {
+        match self {
+            Object::Ingress(x) => w.put_ingress(x),
+            Object::IngressClass(x) => w.put_ingress_class(x),
+            Object::Service(x) => w.put_service(x),
+            Object::EndpointSlice(x) => {
+                w.put_endpoint_slice(x);
+            }
+            Object::Secret(x) => w.put_secret(x),
+            Object::ConfigMap(x) => w.put_config_map(x),
+        }
+    }
+}
+
 /// `Kind namespace/name` of an object, for messages.
 fn describe(o: &Object) -> String {
     let (kind, meta) = match o {
@@ -205,6 +225,7 @@ fn describe(o: &Object) -> String {
         Object::Service(x) => ("Service", &x.metadata),
         Object::EndpointSlice(x) => ("EndpointSlice", &x.metadata),
         Object::Secret(x) => ("Secret", &x.metadata),
+        Object::ConfigMap(x) => ("ConfigMap", &x.metadata),
     };
     let name = meta.name.as_deref().unwrap_or_default();
     match meta.namespace.as_deref() {
@@ -398,15 +419,7 @@ impl YamlSet {
         let mut w = World::new();
         for state in self.files.values() {
             for o in &state.objects {
-                match o.clone() {
-                    Object::Ingress(x) => w.put_ingress(x),
-                    Object::IngressClass(x) => w.put_ingress_class(x),
-                    Object::Service(x) => w.put_service(x),
-                    Object::EndpointSlice(x) => {
-                        w.put_endpoint_slice(x);
-                    }
-                    Object::Secret(x) => w.put_secret(x),
-                }
+                o.clone().put_into(&mut w);
             }
         }
         w

@@ -232,6 +232,7 @@ async fn forward(
     started: Instant,
 ) -> Answer {
     let s = &dp.settings;
+    let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
     let mut fwd = conn.proxy_headers();
     fwd.request_id = req.request_id;
     let up_head = request_head(&req, spans, &fwd);
@@ -257,7 +258,7 @@ async fn forward(
         // from the instant already read.
         tokio::pin!(exchange);
         let deadline =
-            tokio::time::sleep_until(tokio::time::Instant::from_std(started) + s.request_timeout);
+            tokio::time::sleep_until(tokio::time::Instant::from_std(started) + request_timeout);
         tokio::pin!(deadline);
         let answer = poll_fn(|cx| match exchange.as_mut().poll(cx) {
             Poll::Ready(r) => Poll::Ready(Ok(r)),
@@ -266,7 +267,7 @@ async fn forward(
         answer.await
     };
     let answer = match answer {
-        Err(()) => return local_answer(timed_out(&cluster.name, dp.settings.request_timeout)),
+        Err(()) => return local_answer(timed_out(&cluster.name, request_timeout)),
         Ok(Err(e)) => return local_answer(error_response(&cluster.name, &e)),
         Ok(Ok(a)) => a,
     };

@@ -262,12 +262,8 @@ async fn route(
     };
     let s = &dp.settings;
     let edits = action.edits.as_deref();
-    let max_body_size = edits
-        .and_then(|e| e.max_body_size)
-        .unwrap_or(s.max_body_size);
-    let request_timeout = edits
-        .and_then(|e| e.read_timeout)
-        .unwrap_or(s.request_timeout);
+    let max_body_size = action.max_body_size.unwrap_or(s.max_body_size);
+    let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
     if let Some(len) = length::of_map(req.headers())
         && len > max_body_size
     {

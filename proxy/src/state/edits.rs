@@ -1,8 +1,6 @@
 //! A route's ingress-nginx edits and its canary, compiled for request time: header values
 //! checked once, regular expressions built once, so a request only matches and copies.
 
-use std::time::Duration;
-
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
 use regex::Regex;
@@ -25,10 +23,6 @@ pub struct Edits {
     pub forwarded_prefix: Option<HeaderValue>,
     /// `Host` to send.
     pub upstream_vhost: Option<HeaderValue>,
-    /// Largest request body, instead of `--max-body-size`.
-    pub max_body_size: Option<u64>,
-    /// Wait for the response head, instead of `--request-timeout`.
-    pub read_timeout: Option<Duration>,
 }
 
 impl Edits {
@@ -56,8 +50,6 @@ impl Edits {
             rewrite,
             forwarded_prefix: value(&e.forwarded_prefix),
             upstream_vhost: value(&e.upstream_vhost),
-            max_body_size: e.max_body_size,
-            read_timeout: e.read_timeout,
         }))
     }
 

@@ -42,6 +42,10 @@ pub struct Action {
     pub edits: Option<Box<Edits>>,
     /// A canary backend and the rules that send a request to it.
     pub canary: Option<Box<(CanaryRule, Action)>>,
+    /// Largest request body (`proxy-body-size`), else `--max-body-size`.
+    pub max_body_size: Option<u64>,
+    /// Wait for the response head (`proxy-read-timeout`), else `--request-timeout`.
+    pub request_timeout: Option<std::time::Duration>,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
@@ -119,6 +123,8 @@ fn compile_action(
         target,
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
         general_only: edits.is_some(),
+        max_body_size: r.options.limits.max_body_size,
+        request_timeout: r.options.limits.read_timeout,
         edits,
         canary: None,
         hsts,

@@ -1,0 +1,280 @@
+//! The controller ConfigMap (`--configmap NAMESPACE/NAME`), in ingress-nginx's keys: global
+//! defaults that an Ingress's annotation overrides and that override sluice's flags. Like the
+//! annotations, every key has one row in [`KEYS`] saying what sluice does with it; unknown
+//! and unsupported keys are reported as one Warning on the ConfigMap, invalid values on their
+//! key, and the rest applies.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::annotations::catalog::Support;
+use crate::annotations::traffic::nginx_size;
+use crate::model::{Hsts, Settings};
+
+/// One ConfigMap key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// The key.
+    pub name: &'static str,
+    /// What sluice does.
+    pub support: Support,
+    /// How, or why not.
+    pub note: &'static str,
+}
+
+const fn k(name: &'static str, support: Support, note: &'static str) -> Key {
+    Key {
+        name,
+        support,
+        note,
+    }
+}
+
+use Support::{Differs, Honoured, Unsupported};
+
+const FLAG: &str = "connection-level: set with sluice's flag at start";
+
+/// The keys users set most, sorted.
+pub const KEYS: &[Key] = &[
+    k(
+        "allow-snippet-annotations",
+        Differs,
+        "accepted; snippets are never executed whatever it says",
+    ),
+    k(
+        "compute-full-forwarded-for",
+        Differs,
+        "always on for trusted proxies (--trusted-proxies)",
+    ),
+    k("custom-http-errors", Unsupported, "not implemented yet"),
+    k("enable-underscores-in-headers", Unsupported, FLAG),
+    k(
+        "hsts",
+        Honoured,
+        "for routes whose Ingress sets no sluice.dev/hsts",
+    ),
+    k("hsts-include-subdomains", Honoured, ""),
+    k("hsts-max-age", Honoured, ""),
+    k("hsts-preload", Honoured, ""),
+    k(
+        "keep-alive",
+        Unsupported,
+        "client idle timeout: --client-idle-timeout",
+    ),
+    k(
+        "keep-alive-requests",
+        Unsupported,
+        "no per-connection request cap",
+    ),
+    k("proxy-body-size", Honoured, ""),
+    k(
+        "proxy-connect-timeout",
+        Differs,
+        "checked; the connect timeout is --upstream-connect-timeout-ms",
+    ),
+    k(
+        "proxy-read-timeout",
+        Differs,
+        "bounds the wait for the response head, as the annotation",
+    ),
+    k(
+        "proxy-send-timeout",
+        Differs,
+        "checked; writes to pods have sluice's own deadlines",
+    ),
+    k(
+        "ssl-ciphers",
+        Unsupported,
+        "TLS suites are rustls's safe defaults",
+    ),
+    k(
+        "ssl-protocols",
+        Unsupported,
+        "TLSv1.2 and TLSv1.3 are served",
+    ),
+    k("ssl-redirect", Honoured, ""),
+    k(
+        "upstream-keepalive-timeout",
+        Unsupported,
+        "--upstream-idle-timeout",
+    ),
+    k(
+        "use-forwarded-headers",
+        Differs,
+        "trusted only from --trusted-proxies",
+    ),
+    k("use-proxy-protocol", Unsupported, "--proxy-protocol"),
+];
+
+/// The README's table of ConfigMap keys, from [`KEYS`].
+pub fn markdown_table() -> String {
+    let mut out = String::from("| ConfigMap key | sluice | notes |\n|---|---|---|\n");
+    for k in KEYS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            k.name,
+            k.support.word(),
+            k.note
+        ));
+    }
+    out
+}
+
+/// What the ConfigMap changed, and what it reported.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// `(key, message)` for values that cannot be used (the default stays).
+    pub invalid: Vec<(String, String)>,
+    /// `key: note` for keys sluice does not honour as ingress-nginx does.
+    pub not_honoured: Vec<String>,
+}
+
+fn bool_value(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn seconds(v: &str) -> Option<Duration> {
+    let n: u64 = v
+        .trim()
+        .strip_suffix('s')
+        .unwrap_or(v.trim())
+        .parse()
+        .ok()?;
+    (1..=86_400).contains(&n).then(|| Duration::from_secs(n))
+}
+
+/// Applies a ConfigMap's data to `settings` (which hold the flags' values).
+pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applied {
+    let mut out = Applied::default();
+    let mut bad = |key: &str, why: &str| out.invalid.push((key.to_string(), why.to_string()));
+    for (key, v) in data {
+        match key.as_str() {
+            "ssl-redirect" => match bool_value(v) {
+                Some(b) => settings.ssl_redirect = b,
+                None => bad(key, "is not \"true\" or \"false\""),
+            },
+            "proxy-body-size" => match nginx_size(v) {
+                Some(n) => settings.limits.max_body_size = Some(n),
+                None => bad(key, "is not a size (a number with an optional k, m or g)"),
+            },
+            "proxy-read-timeout" => match seconds(v) {
+                Some(d) => settings.limits.read_timeout = Some(d),
+                None => bad(key, "is not a number of seconds between 1 and 86400"),
+            },
+            "proxy-connect-timeout" | "proxy-send-timeout" if seconds(v).is_none() => {
+                bad(key, "is not a number of seconds between 1 and 86400");
+            }
+            "hsts"
+            | "hsts-include-subdomains"
+            | "hsts-preload"
+            | "allow-snippet-annotations"
+            | "use-forwarded-headers"
+            | "compute-full-forwarded-for"
+                if bool_value(v).is_none() =>
+            {
+                bad(key, "is not \"true\" or \"false\"");
+            }
+            "hsts-max-age" if v.trim().parse::<u64>().is_err() => {
+                bad(key, "is not a whole number of seconds");
+            }
+            _ => {}
+        }
+    }
+    // ingress-nginx's HSTS: on when `hsts` is true, one year, subdomains included unless said.
+    if data.get("hsts").and_then(|v| bool_value(v)) == Some(true) {
+        settings.hsts = Some(Hsts {
+            max_age: data
+                .get("hsts-max-age")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(31_536_000),
+            include_subdomains: data
+                .get("hsts-include-subdomains")
+                .and_then(|v| bool_value(v))
+                .unwrap_or(true),
+        });
+    }
+    for key in data.keys() {
+        match KEYS.iter().find(|k| k.name == key) {
+            None => out
+                .not_honoured
+                .push(format!("{key}: sluice does not know this key")),
+            Some(k) if k.support != Support::Honoured => {
+                out.not_honoured
+                    .push(format!("{key} {}: {}", k.support.word(), k.note))
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn keys_are_sorted_and_unique() {
+        let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn values_override_the_flags_and_bad_ones_do_not() {
+        let mut s = Settings::default();
+        let a = apply(
+            &data(&[
+                ("ssl-redirect", "false"),
+                ("proxy-body-size", "8m"),
+                ("proxy-read-timeout", "30"),
+                ("hsts", "true"),
+                ("hsts-max-age", "600"),
+                ("keep-alive", "75"),
+                ("made-up", "1"),
+            ]),
+            &mut s,
+        );
+        assert!(!s.ssl_redirect);
+        assert_eq!(s.limits.max_body_size, Some(8 << 20));
+        assert_eq!(s.limits.read_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(
+            s.hsts,
+            Some(Hsts {
+                max_age: 600,
+                include_subdomains: true
+            })
+        );
+        assert!(a.invalid.is_empty(), "{:?}", a.invalid);
+        assert_eq!(a.not_honoured.len(), 2, "{:?}", a.not_honoured);
+
+        let mut s = Settings::default();
+        let a = apply(
+            &data(&[
+                ("ssl-redirect", "maybe"),
+                ("proxy-body-size", "huge"),
+                ("proxy-send-timeout", "0"),
+                ("hsts", "false"),
+            ]),
+            &mut s,
+        );
+        assert_eq!(s, Settings::default());
+        let keys: Vec<&str> = a.invalid.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["proxy-body-size", "proxy-send-timeout", "ssl-redirect"]
+        );
+    }
+}
