@@ -258,7 +258,7 @@ mod tests {
             })
         );
         assert!(a.invalid.is_empty(), "{:?}", a.invalid);
-        assert_eq!(a.not_honoured.len(), 2, "{:?}", a.not_honoured);
+        assert_eq!(a.not_honoured.len(), 3, "{:?}", a.not_honoured);
 
         let mut s = Settings::default();
         let a = apply(
