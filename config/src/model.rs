@@ -309,6 +309,19 @@ pub struct Route {
     pub canary: Option<Box<crate::behaviour::Canary>>,
 }
 
+/// A host whose TLS connections go to a backend untouched (ingress-nginx's `ssl-passthrough`
+/// with `--enable-ssl-passthrough`): the ClientHello's server name selects it, so only exact
+/// hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Passthrough {
+    /// The host (lower case).
+    pub host: String,
+    /// The pool that gets the TCP stream.
+    pub action: RouteAction,
+    /// The Ingress that asked for it.
+    pub source: ObjectRef,
+}
+
 /// Which request hosts a virtual host serves.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HostMatch {

@@ -6,7 +6,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use crate::host::{HostBuf, normalize_request_host};
 use crate::matcher::{RouteIndex, RouteRef};
 use crate::model::{
-    Certificates, ClusterKey, ClusterSpec, Problem, Route, Settings, TlsBinding, VirtualHost,
+    Certificates, ClusterKey, ClusterSpec, Passthrough, Problem, Route, Settings, TlsBinding,
+    VirtualHost,
 };
 
 /// The parts a snapshot is built from (all already sorted and de-duplicated by translation).
@@ -24,6 +25,8 @@ pub struct SnapshotParts {
     pub certificates: Certificates,
     /// Global settings.
     pub settings: Settings,
+    /// SSL passthrough hosts, sorted by host.
+    pub passthrough: Vec<Passthrough>,
     /// Everything reported during translation.
     pub problems: Vec<Problem>,
 }
@@ -46,6 +49,7 @@ impl PartialEq for Snapshot {
             && self.parts.tls == other.parts.tls
             && self.parts.certificates == other.parts.certificates
             && self.parts.settings == other.parts.settings
+            && self.parts.passthrough == other.parts.passthrough
             && self.parts.problems == other.parts.problems
     }
 }
@@ -70,6 +74,7 @@ impl Snapshot {
         parts.tls.hash(&mut h);
         parts.certificates.hash(&mut h);
         parts.settings.hash(&mut h);
+        parts.passthrough.hash(&mut h);
         parts.problems.hash(&mut h);
         let index = RouteIndex::build(&parts.virtual_hosts, parts.default_backend.is_some());
         Self {
@@ -112,6 +117,11 @@ impl Snapshot {
     /// Global settings.
     pub fn settings(&self) -> &Settings {
         &self.parts.settings
+    }
+
+    /// SSL passthrough hosts.
+    pub fn passthrough(&self) -> &[Passthrough] {
+        &self.parts.passthrough
     }
 
     /// Problems found while translating.

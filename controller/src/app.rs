@@ -57,6 +57,7 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             .configmap
             .as_deref()
             .and_then(|v| parse_object_ref("ConfigMap", v).ok()),
+        ssl_passthrough: c.enable_ssl_passthrough,
         default_certificate: c
             .default_ssl_certificate
             .as_deref()
@@ -151,6 +152,7 @@ impl Running {
             client_idle_timeout: Duration::from_secs(c.client_idle_timeout.max(1)),
             client_send_timeout: Duration::from_secs(c.client_send_timeout.max(1)),
             proxy_protocol: c.proxy_protocol,
+            ssl_passthrough: c.enable_ssl_passthrough,
             fast_path: c.fast_path,
             ..ServerOptions::default()
         };

@@ -220,6 +220,11 @@ pub struct CommonArgs {
     /// through that balancer.
     #[arg(long, env = "SLUICE_PROXY_PROTOCOL", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub proxy_protocol: bool,
+    /// Act on the `ssl-passthrough` annotation: the HTTPS listener reads each ClientHello and
+    /// sends the connections of passthrough hosts to their backend untouched (the backend's
+    /// certificate reaches the client). Off, the annotation is reported and ignored.
+    #[arg(long, env = "SLUICE_ENABLE_SSL_PASSTHROUGH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_ssl_passthrough: bool,
     /// Balancing policy of every pool (an Ingress may choose its own with the `load-balance`
     /// annotation).
     #[arg(long, env = "SLUICE_BALANCE", value_enum, default_value_t = Balance::LeastRequest)]

@@ -290,7 +290,11 @@ pub const CATALOG: &[Entry] = &[
     e("session-cookie-samesite", Unsupported, NOT_YET),
     e("session-cookie-secure", Unsupported, NOT_YET),
     e("ssl-ciphers", Unsupported, "TLS settings are per listener"),
-    e("ssl-passthrough", Unsupported, NOT_YET),
+    e(
+        "ssl-passthrough",
+        Honoured,
+        "with --enable-ssl-passthrough: exact hosts, the backend of the / path",
+    ),
     e(
         "ssl-prefer-server-ciphers",
         Unsupported,

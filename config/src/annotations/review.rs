@@ -95,6 +95,16 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(traffic::read_timeout(a).map(drop));
     note(traffic::other_timeouts(a));
     note(traffic::canary(a).map(drop));
+    note(
+        traffic::flag(
+            a,
+            &[
+                "sluice.dev/ssl-passthrough",
+                "nginx.ingress.kubernetes.io/ssl-passthrough",
+            ],
+        )
+        .map(drop),
+    );
     errors
 }
 

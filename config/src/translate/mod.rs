@@ -17,6 +17,7 @@ mod backend;
 mod canary;
 mod options;
 mod ownership;
+mod passthrough;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -59,6 +60,8 @@ pub struct TranslateOptions {
     pub host_ownership: HostOwnership,
     /// The controller ConfigMap (`--configmap`), read from the world.
     pub configmap: Option<ObjectRef>,
+    /// Whether the `ssl-passthrough` annotation is acted on (`--enable-ssl-passthrough`).
+    pub ssl_passthrough: bool,
 }
 
 impl Default for TranslateOptions {
@@ -71,6 +74,7 @@ impl Default for TranslateOptions {
             default_certificate: None,
             host_ownership: HostOwnership::Shared,
             configmap: None,
+            ssl_passthrough: false,
         }
     }
 }
@@ -212,6 +216,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let mut default_backend: Option<Route> = None;
     // Canary paths wait for every main route; regex hosts are rewritten once all is read.
     let mut canaries = Vec::new();
+    let mut passthrough: BTreeMap<String, crate::model::Passthrough> = BTreeMap::new();
     let mut regex_hosts = std::collections::BTreeSet::new();
     let mut written: BTreeMap<(HostMatch, PathMatch), (String, String)> = BTreeMap::new();
 
@@ -240,6 +245,16 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let regex = options::wants_regex(ing);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let locked = options::fail_closed(ing, &src, &mut problems);
+        if locked.is_none() {
+            passthrough::collect(
+                ing,
+                &src,
+                opts,
+                (&mut backends, &pool),
+                &mut passthrough,
+                &mut problems,
+            );
+        }
         if let Some(db) = spec
             .default_backend
             .as_ref()
@@ -437,6 +452,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         tls: bindings,
         certificates,
         settings,
+        passthrough: passthrough.into_values().collect(),
         problems,
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod fastpath;
 pub mod listener;
+pub mod passthrough;
 pub mod proxy_protocol;
 pub mod tls;
 
@@ -55,6 +56,9 @@ pub struct ServerOptions {
     /// Every connection starts with a PROXY protocol header naming the client
     /// ([`proxy_protocol`]); connections without one are closed.
     pub proxy_protocol: bool,
+    /// Read the ClientHello on TLS listeners and tunnel the hosts the route table marks for
+    /// SSL passthrough to their backends untouched (`--enable-ssl-passthrough`).
+    pub ssl_passthrough: bool,
     /// Serve HTTP/1 on the fast reader (and the direct handler) where it can; off, hyper serves
     /// every connection. A diagnostic switch: the differential test runs the same requests both
     /// ways and compares.
@@ -72,6 +76,7 @@ impl Default for ServerOptions {
             client_idle_timeout: Duration::from_secs(75),
             client_send_timeout: Duration::from_secs(60),
             proxy_protocol: false,
+            ssl_passthrough: false,
             fast_path: true,
         }
     }
@@ -255,6 +260,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             deadline: ctx.deadline.clone(),
             tunnels: Arc::clone(&ctx.tunnels),
             fast_path: ctx.opts.fast_path,
+            ssl_passthrough: ctx.opts.ssl_passthrough,
         };
         let proxy_protocol = ctx.opts.proxy_protocol;
         tokio::spawn(async move {
@@ -305,23 +311,69 @@ async fn serve_accepted<S>(
     );
     match &ctx.tls {
         None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
-        Some(acceptor) => {
+        Some(_) if ctx.ssl_passthrough && ctx.dp.routes().has_passthrough() => {
+            let mut stream = stream;
             let accepted = std::time::Instant::now();
-            match tokio::time::timeout(ctx.handshake_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => {
-                    let hs = &ctx.dp.handshakes;
-                    hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
-                    // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
-                    let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
-                    serve_conn(tls, info, ctx, watcher, fast).await;
-                }
-                Ok(Err(e)) => {
-                    ctx.dp.handshakes.error();
-                    tracing::debug!(client = %client, error = %e, "TLS handshake failed");
-                }
-                Err(_) => ctx.dp.handshakes.timeout(),
+            let Some((hello, name)) =
+                passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
+            else {
+                ctx.dp.handshakes.timeout();
+                return;
+            };
+            let table = ctx.dp.routes();
+            if let Some(cluster) = name.as_deref().and_then(|n| table.passthrough(n)) {
+                drop(table);
+                let guard = info.slot.as_ref().map(crate::handler::Slot::tunnel);
+                let s = &ctx.dp.settings;
+                let timeouts = (s.upstream.connect_timeout, s.tunnel_idle_timeout);
+                passthrough::tunnel(stream, hello, cluster, timeouts, guard).await;
+                return;
             }
+            drop(table);
+            let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
+            terminate(
+                Prefixed::new(hello, stream),
+                info,
+                ctx,
+                watcher,
+                accepted,
+                remaining,
+            )
+            .await;
         }
+        Some(_) => {
+            let accepted = std::time::Instant::now();
+            terminate(stream, info, ctx, watcher, accepted, ctx.handshake_timeout).await;
+        }
+    }
+}
+
+/// sluice's own TLS on an accepted stream, then [`serve_conn`].
+async fn terminate<S>(
+    stream: S,
+    info: Arc<ConnInfo>,
+    ctx: &ConnCtx,
+    watcher: Watcher,
+    accepted: std::time::Instant,
+    handshake_timeout: Duration,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some(acceptor) = &ctx.tls else { return };
+    let client = info.remote;
+    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            let hs = &ctx.dp.handshakes;
+            hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
+            // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
+            let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
+            serve_conn(tls, info, ctx, watcher, fast).await;
+        }
+        Ok(Err(e)) => {
+            ctx.dp.handshakes.error();
+            tracing::debug!(client = %client, error = %e, "TLS handshake failed");
+        }
+        Err(_) => ctx.dp.handshakes.timeout(),
     }
 }
 
@@ -339,6 +391,7 @@ struct ConnCtx {
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
     fast_path: bool,
+    ssl_passthrough: bool,
 }
 
 /// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or

@@ -67,6 +67,8 @@ pub struct RouteTable {
     snapshot: Arc<Snapshot>,
     actions: Vec<Vec<Action>>,
     default: Option<Action>,
+    /// SSL passthrough hosts and their pools.
+    passthrough: HashMap<Box<str>, Arc<Cluster>>,
     /// Monotonic generation of the applied configuration.
     pub generation: u64,
 }
@@ -144,6 +146,7 @@ impl RouteTable {
             snapshot: Arc::new(Snapshot::default()),
             actions: Vec::new(),
             default: None,
+            passthrough: HashMap::new(),
             generation: 0,
         }
     }
@@ -168,12 +171,34 @@ impl RouteTable {
         let default = snapshot
             .default_backend()
             .map(|r| compile_route(r, clusters, metrics));
+        let passthrough = snapshot
+            .passthrough()
+            .iter()
+            .filter_map(|p| match &p.action {
+                RouteAction::Cluster(k) => Some((
+                    p.host.clone().into_boxed_str(),
+                    Arc::clone(clusters.get(k)?),
+                )),
+                RouteAction::Unavailable(_) => None,
+            })
+            .collect();
         Self {
             snapshot,
             actions,
             default,
+            passthrough,
             generation,
         }
+    }
+
+    /// Whether any host is an SSL passthrough host (only then is a ClientHello read first).
+    pub fn has_passthrough(&self) -> bool {
+        !self.passthrough.is_empty()
+    }
+
+    /// The pool an SSL passthrough host's connections go to.
+    pub fn passthrough(&self, host: &str) -> Option<Arc<Cluster>> {
+        self.passthrough.get(host).cloned()
     }
 
     /// The snapshot this table was compiled from.
