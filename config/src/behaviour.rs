@@ -31,6 +31,40 @@ pub struct RouteEdits {
     pub forwarded_prefix: Option<String>,
     /// `upstream-vhost`: the `Host` sent upstream instead of the client's.
     pub upstream_vhost: Option<String>,
+    /// `affinity: cookie`: the session cookie sluice sets when a client has none.
+    pub affinity: Option<SessionCookie>,
+}
+
+/// `SameSite` of the session cookie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SameSite {
+    /// `SameSite=None`.
+    None,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=Strict`.
+    Strict,
+}
+
+/// The session cookie of `affinity: cookie` (ingress-nginx's `session-cookie-*`). Its value is a
+/// random key the pool hashes (rendezvous) to an endpoint, so a client keeps its pod while the
+/// pod exists, and only the sessions of a pod that goes move.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionCookie {
+    /// `session-cookie-name` (default `INGRESSCOOKIE`).
+    pub name: String,
+    /// `session-cookie-path` (default: the route's path, `/` for regex routes).
+    pub path: Option<String>,
+    /// `session-cookie-domain`.
+    pub domain: Option<String>,
+    /// `session-cookie-max-age` (seconds).
+    pub max_age: Option<u64>,
+    /// `session-cookie-expires` (seconds from now).
+    pub expires: Option<u64>,
+    /// `session-cookie-samesite`.
+    pub samesite: Option<SameSite>,
+    /// `session-cookie-secure`: the cookie is sent over HTTPS only.
+    pub secure: bool,
 }
 
 /// Per-route limits: from the route's annotation, else the controller ConfigMap, else (`None`)

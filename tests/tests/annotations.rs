@@ -376,3 +376,96 @@ async fn serve_reads_the_configmap_from_the_manifests() {
         .await
     );
 }
+
+/// `affinity: cookie`: a new client gets the session cookie and keeps its pod; sessions spread
+/// over the pods; a session whose pod goes moves to another pod and stays there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_affinity_by_cookie() {
+    let pods = [
+        backend("p1").await,
+        backend("p2").await,
+        backend("p3").await,
+    ];
+    let addrs: Vec<SocketAddr> = pods.iter().map(|p| p.addr).collect();
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &addrs));
+    m.write(
+        "ing.yaml",
+        &annotated_ingress(
+            "sticky",
+            "sticky.test",
+            &[("/app", "Prefix", "svc")],
+            &[
+                (&k("affinity"), "cookie"),
+                (&k("session-cookie-name"), "route"),
+                (&k("session-cookie-max-age"), "3600"),
+                (&k("session-cookie-samesite"), "Lax"),
+            ],
+        ),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let c = client();
+
+    let mut sessions = Vec::new();
+    for _ in 0..30 {
+        let r = get_with(&c, http, "sticky.test", "/app/x", &[]).await;
+        let set = r.headers["set-cookie"].to_str().unwrap().to_string();
+        assert!(
+            set.ends_with("; Path=/app; Max-Age=3600; HttpOnly; SameSite=Lax"),
+            "{set}"
+        );
+        let value = set.split(';').next().unwrap().to_string();
+        sessions.push((value, r.backend().unwrap().to_string()));
+    }
+    let spread: std::collections::BTreeSet<&str> =
+        sessions.iter().map(|(_, b)| b.as_str()).collect();
+    assert_eq!(spread.len(), 3, "30 sessions over 3 pods: {sessions:?}");
+    // Each session keeps its pod, whatever else is in the Cookie fields.
+    for (cookie, pod) in &sessions {
+        for _ in 0..5 {
+            let r = get_with(
+                &c,
+                http,
+                "sticky.test",
+                "/app/y",
+                &[("cookie", "other=1"), ("cookie", cookie)],
+            )
+            .await;
+            assert_eq!(r.backend(), Some(pod.as_str()));
+            assert!(!r.headers.contains_key("set-cookie"), "no new cookie");
+        }
+    }
+    // p1 goes: its sessions move (each to one pod, consistently); the others stay.
+    m.write("eps.yaml", &endpoint_slices("svc", &addrs[1..]));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let (cookie, _) = sessions.iter().find(|(_, p)| p == "p1").unwrap();
+            get_with(
+                &client(),
+                http,
+                "sticky.test",
+                "/app",
+                &[("cookie", cookie)],
+            )
+            .await
+            .backend()
+                != Some("p1")
+        })
+        .await
+    );
+    for (cookie, pod) in &sessions {
+        let first = get_with(&c, http, "sticky.test", "/app", &[("cookie", cookie)]).await;
+        let again = get_with(&c, http, "sticky.test", "/app", &[("cookie", cookie)]).await;
+        assert_eq!(first.backend(), again.backend());
+        if pod != "p1" {
+            assert_eq!(
+                first.backend(),
+                Some(pod.as_str()),
+                "only p1's sessions move"
+            );
+        }
+    }
+}

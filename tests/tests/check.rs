@@ -32,7 +32,7 @@ metadata:
   annotations:
     nginx.ingress.kubernetes.io/rewrite-target: /$2
     nginx.ingress.kubernetes.io/proxy-buffering: "off"
-    nginx.ingress.kubernetes.io/affinity: cookie
+    nginx.ingress.kubernetes.io/mirror-target: https://mirror.test$request_uri
     nginx.ingress.kubernetes.io/proxy-body-size: lots
     nginx.ingress.kubernetes.io/server-snippet: "return 200;"
     nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
@@ -105,7 +105,7 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
     let mut got = verdicts(&json);
     got.sort();
     let want: Vec<(String, String)> = [
-        ("affinity", "unsupported"),
+        ("mirror-target", "unsupported"),
         ("proxy-body-size", "invalid"),
         ("proxy-buffering", "differs"),
         ("proxy-buffering", "differs"),

@@ -72,9 +72,17 @@ const NGINX_ONLY: &str = "an nginx tuning knob with no counterpart in sluice";
 
 /// The catalog, sorted by name.
 pub const CATALOG: &[Entry] = &[
-    e("affinity", Unsupported, NOT_YET),
+    e(
+        "affinity",
+        Honoured,
+        "cookie: a random session key hashed (rendezvous) to a pod; only a gone pod's sessions move",
+    ),
     e("affinity-canary-behavior", Unsupported, NOT_YET),
-    e("affinity-mode", Unsupported, NOT_YET),
+    e(
+        "affinity-mode",
+        Differs,
+        "persistent behaves as balanced: when pods are added, about 1/n of sessions move to them",
+    ),
     e("allowlist-source-range", FailsClosed, ACCESS),
     e("app-root", Honoured, ""),
     e("auth-always-set-cookie", FailsClosed, ACCESS),
@@ -282,13 +290,22 @@ pub const CATALOG: &[Entry] = &[
     e("server-snippet", Refused, SNIPPET),
     e("service-upstream", Unsupported, NOT_YET),
     e("session-cookie-change-on-failure", Unsupported, NOT_YET),
-    e("session-cookie-domain", Unsupported, NOT_YET),
-    e("session-cookie-expires", Unsupported, NOT_YET),
-    e("session-cookie-max-age", Unsupported, NOT_YET),
-    e("session-cookie-name", Unsupported, NOT_YET),
-    e("session-cookie-path", Unsupported, NOT_YET),
-    e("session-cookie-samesite", Unsupported, NOT_YET),
-    e("session-cookie-secure", Unsupported, NOT_YET),
+    e(
+        "session-cookie-conditional-samesite-none",
+        Unsupported,
+        NOT_YET,
+    ),
+    e("session-cookie-domain", Honoured, ""),
+    e("session-cookie-expires", Honoured, ""),
+    e("session-cookie-max-age", Honoured, ""),
+    e("session-cookie-name", Honoured, "default INGRESSCOOKIE"),
+    e(
+        "session-cookie-path",
+        Honoured,
+        "default: the route's path, / for regex paths",
+    ),
+    e("session-cookie-samesite", Honoured, ""),
+    e("session-cookie-secure", Honoured, ""),
     e("ssl-ciphers", Unsupported, "TLS settings are per listener"),
     e(
         "ssl-passthrough",

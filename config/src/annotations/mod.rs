@@ -17,6 +17,7 @@ macro_rules! both {
 }
 pub(crate) use both;
 
+pub mod backends;
 pub mod catalog;
 pub mod review;
 pub mod traffic;

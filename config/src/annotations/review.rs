@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::catalog::{self, Support};
-use super::{AnnotationError, traffic};
+use super::{AnnotationError, backends, traffic};
 
 /// What sluice does with one annotation of one Ingress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -94,7 +94,8 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(traffic::body_size(a).map(drop));
     note(traffic::read_timeout(a).map(drop));
     note(traffic::other_timeouts(a));
-    note(traffic::canary(a).map(drop));
+    note(backends::canary(a).map(drop));
+    note(backends::affinity(a).map(drop));
     note(
         traffic::flag(
             a,
@@ -143,7 +144,7 @@ mod tests {
         let a: BTreeMap<String, String> = [
             ("nginx.ingress.kubernetes.io/rewrite-target", "/$1"),
             ("nginx.ingress.kubernetes.io/proxy-buffering", "off"),
-            ("nginx.ingress.kubernetes.io/affinity", "cookie"),
+            ("nginx.ingress.kubernetes.io/custom-http-errors", "404"),
             (
                 "nginx.ingress.kubernetes.io/configuration-snippet",
                 "more_set_headers x;",
@@ -170,9 +171,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("affinity", "unsupported"),
                 ("auth-url", "fails closed"),
                 ("configuration-snippet", "refused"),
+                ("custom-http-errors", "unsupported"),
                 ("made-up", "unsupported"),
                 ("proxy-body-size", "invalid"),
                 ("proxy-buffering", "differs"),

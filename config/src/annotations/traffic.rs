@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AnnotationError, first};
-use crate::behaviour::{HeaderRule, Redirect};
+use crate::behaviour::Redirect;
 
 /// Reads a boolean annotation spelled `"true"`/`"false"` (any case).
 pub fn flag(
@@ -213,75 +213,6 @@ pub fn other_timeouts(a: &BTreeMap<String, String>) -> Result<(), AnnotationErro
     Ok(())
 }
 
-/// The canary annotations of one Ingress, before its backend is resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CanaryRules {
-    /// Header name (lower case) and how its value selects.
-    pub header: Option<(String, HeaderRule)>,
-    /// Cookie name.
-    pub cookie: Option<String>,
-    /// Weight out of `weight_total`.
-    pub weight: u32,
-    /// Total weight (at least 100, as ingress-nginx).
-    pub weight_total: u32,
-}
-
-/// `canary: "true"` and its rules; `None` when the Ingress is not a canary.
-pub fn canary(a: &BTreeMap<String, String>) -> Result<Option<CanaryRules>, AnnotationError> {
-    if flag(a, &both!("canary"))? != Some(true) {
-        return Ok(None);
-    }
-    let header = match first(a, &both!("canary-by-header")) {
-        None => None,
-        Some((name, h)) => {
-            if h.is_empty()
-                || !h
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                return Err(AnnotationError {
-                    name,
-                    message: format!("{h:?} is not a header name"),
-                });
-            }
-            let rule = if let Some((_, v)) = first(a, &both!("canary-by-header-value")) {
-                HeaderRule::Value(v.to_string())
-            } else if let Some((name, p)) = first(a, &both!("canary-by-header-pattern")) {
-                regex::Regex::new(p).map_err(|e| AnnotationError {
-                    name,
-                    message: format!("{p:?} is not a regular expression sluice can run: {e}"),
-                })?;
-                HeaderRule::Pattern(p.to_string())
-            } else {
-                HeaderRule::AlwaysNever
-            };
-            Some((h.to_ascii_lowercase().replace('_', "-"), rule))
-        }
-    };
-    let cookie = first(a, &both!("canary-by-cookie")).map(|(_, c)| c.to_string());
-    let number = |names: &[&'static str], default: u32| match first(a, names) {
-        None => Ok(default),
-        Some((name, v)) => v.parse::<u32>().map_err(|_| AnnotationError {
-            name,
-            message: format!("{v:?} is not a whole number"),
-        }),
-    };
-    let weight_total = number(&both!("canary-weight-total"), 100)?.max(100);
-    let weight = number(&both!("canary-weight"), 0)?;
-    if weight > weight_total {
-        return Err(AnnotationError {
-            name: "nginx.ingress.kubernetes.io/canary-weight",
-            message: format!("{weight} is more than the total weight {weight_total}"),
-        });
-    }
-    Ok(Some(CanaryRules {
-        header,
-        cookie,
-        weight,
-        weight_total,
-    }))
-}
-
 /// Compiles a `use-regex` path as the data plane will: case-insensitive, anchored at the start
 /// of the path. The `regex` crate has no look-around and no back-references (PCRE has both);
 /// such a path is an error naming the construct, never a silently different match.
@@ -472,66 +403,6 @@ mod tests {
         assert!(read_timeout(&ann(&[("proxy-read-timeout", "0")])).is_err());
         assert!(other_timeouts(&ann(&[("proxy-send-timeout", "soon")])).is_err());
         assert!(other_timeouts(&ann(&[("proxy-connect-timeout", "5")])).is_ok());
-    }
-
-    #[test]
-    fn canary_rules() {
-        assert_eq!(canary(&ann(&[("canary-weight", "10")])).unwrap(), None);
-        let c = canary(&ann(&[("canary", "true"), ("canary-weight", "10")]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (c.weight, c.weight_total, c.header, c.cookie),
-            (10, 100, None, None)
-        );
-        let c = canary(&ann(&[
-            ("canary", "true"),
-            ("canary-by-header", "X_Canary"),
-            ("canary-by-header-value", "yes"),
-            ("canary-by-header-pattern", "ignored"),
-            ("canary-by-cookie", "c"),
-            ("canary-weight", "5"),
-            ("canary-weight-total", "1000"),
-        ]))
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            c.header,
-            Some(("x-canary".to_string(), HeaderRule::Value("yes".into())))
-        );
-        assert_eq!(
-            (c.cookie.as_deref(), c.weight, c.weight_total),
-            (Some("c"), 5, 1000)
-        );
-        let c = canary(&ann(&[
-            ("canary", "true"),
-            ("canary-by-header", "h"),
-            ("canary-by-header-pattern", "^a.*"),
-        ]))
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            c.header,
-            Some(("h".to_string(), HeaderRule::Pattern("^a.*".into())))
-        );
-        // A total under 100 is raised to 100, as ingress-nginx does.
-        let c = canary(&ann(&[("canary", "true"), ("canary-weight-total", "10")]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(c.weight_total, 100);
-        for bad in [
-            &[("canary", "true"), ("canary-weight", "101")][..],
-            &[("canary", "true"), ("canary-weight", "ten")],
-            &[("canary", "true"), ("canary-by-header", "a b")],
-            &[
-                ("canary", "true"),
-                ("canary-by-header", "h"),
-                ("canary-by-header-pattern", "(?=x)"),
-            ],
-            &[("canary", "yes")],
-        ] {
-            assert!(canary(&ann(bad)).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

@@ -125,6 +125,12 @@ impl PoolAnnotations {
             invalid(e);
             None
         });
+        // `affinity: cookie` wins over the other policies, as in ingress-nginx: the pool hashes
+        // the session cookie (its errors are reported with the route's options).
+        let balance = match annotations::backends::affinity(ann) {
+            Ok(Some(c)) => Some(BalancePolicy::Hash(crate::model::HashKey::Cookie(c.name))),
+            _ => balance,
+        };
         let max_in_flight = annotations::max_in_flight(ann).unwrap_or_else(|e| {
             invalid(e);
             None

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::annotations::{self, traffic};
+use crate::annotations;
 use crate::host::parse_rule_host;
 use crate::model::{
     HostMatch, ObjectRef, PathMatch, Problem, Route, RouteOptions, Settings, Severity, VirtualHost,
@@ -226,7 +226,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
             continue;
         };
         options::review_problem(ing, &src, &mut problems);
-        let canary_rules = match traffic::canary(options::annotations_of(ing)) {
+        let canary_rules = match annotations::backends::canary(options::annotations_of(ing)) {
             Ok(c) => c,
             Err(e) => {
                 // A canary whose rules cannot be read must not take the main route's traffic.

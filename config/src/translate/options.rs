@@ -156,6 +156,7 @@ pub(super) fn route_options(
         rewrite_target: or_default(traffic::rewrite_target(ann), src, p),
         forwarded_prefix: or_default(traffic::forwarded_prefix(ann), src, p),
         upstream_vhost: or_default(traffic::upstream_vhost(ann), src, p),
+        affinity: or_default(crate::annotations::backends::affinity(ann), src, p),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -118,7 +118,7 @@ fn edits_and_the_review_warning() {
             ("proxy-read-timeout", "3"),
             ("force-ssl-redirect", "true"),
             ("proxy-buffering", "on"),
-            ("affinity", "cookie"),
+            ("mirror-target", "https://m.test/"),
             ("server-snippet", "return 200;"),
             ("proxy-send-timeout", "later"),
         ],
@@ -148,7 +148,7 @@ fn edits_and_the_review_warning() {
     let m = &review[0].message;
     for part in [
         "proxy-buffering differs",
-        "affinity unsupported",
+        "mirror-target unsupported",
         "server-snippet refused",
     ] {
         assert!(m.contains(part), "{part} in {m}");

@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
 use sluice_config::request_path;
-use sluice_config::{BalancePolicy, UpstreamProtocol};
+use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
 use crate::handler::ConnInfo;
@@ -20,7 +20,7 @@ use crate::state::dataplane::DataPlane;
 use crate::state::edits::Edits;
 use crate::state::routes::{Action, RouteTable, Target};
 use crate::telemetry::access::{self, UpstreamSeen};
-use crate::upstream::balance::{KeySource, request_hash};
+use crate::upstream::balance::{KeySource, cookie, cookie_key, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::retry::{self, Plan};
 use crate::wire::decode::lists;
@@ -308,21 +308,13 @@ async fn route(
             .parse()
             .unwrap_or_else(|_| Uri::from_static("/"));
     }
-    let key = match &cluster.balance {
-        BalancePolicy::Hash(k) => {
-            let headers = &parts.headers;
-            let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-            request_hash(
-                k,
-                &KeySource {
-                    client_ip: conn.remote.ip(),
-                    uri: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
-                    header: &lookup,
-                },
-            )
-        }
-        _ => None,
-    };
+    // `affinity: cookie`: a client without the session cookie gets a new one, and this very
+    // request is placed by it, so its next requests land where this one did.
+    let session = edits
+        .and_then(|e| e.affinity.as_ref())
+        .filter(|a| !a.present(&parts.headers))
+        .map(|_| crate::state::edits::SessionCookie::new_value());
+    let key = hash_key(&cluster.balance, &parts, conn, session.as_deref());
     let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
     let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
     let fwd = conn.proxy_headers();
@@ -363,8 +355,47 @@ async fn route(
         return Response::from_parts(rparts, RespBody::empty());
     }
     hop::strip(&mut rparts.headers, false);
+    if let (Some(value), Some(a)) = (&session, edits.and_then(|e| e.affinity.as_ref()))
+        && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
+    {
+        rparts.headers.append(header::SET_COOKIE, v);
+    }
     rparts.version = Version::HTTP_11;
     Response::from_parts(rparts, rbody)
+}
+
+/// The request's hash for a hashing pool: its key as [`request_hash`] reads it (a cookie is
+/// looked for in every `Cookie` field: HTTP/2 clients split them), or the new session value
+/// when sluice is about to set the session cookie.
+fn hash_key(
+    balance: &BalancePolicy,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+    new_session: Option<&str>,
+) -> Option<u64> {
+    let BalancePolicy::Hash(k) = balance else {
+        return None;
+    };
+    if let (HashKey::Cookie(_), Some(v)) = (k, new_session) {
+        return Some(cookie_key(v.as_bytes()));
+    }
+    let headers = &parts.headers;
+    let lookup = |name: &str| match k {
+        HashKey::Cookie(c) if name == "cookie" => headers
+            .get_all(header::COOKIE)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .find(|v| cookie(v, c).is_some()),
+        _ => headers.get(name).map(HeaderValue::as_bytes),
+    };
+    request_hash(
+        k,
+        &KeySource {
+            client_ip: conn.remote.ip(),
+            uri: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+            header: &lookup,
+        },
+    )
 }
 
 /// Joins the client's upgraded connection with the upstream socket: first the bytes the

@@ -5,7 +5,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
 use regex::Regex;
 use sluice_config::annotations::traffic::{expand, path_regex};
-use sluice_config::behaviour::{Canary, HeaderRule, RouteEdits};
+use sluice_config::behaviour::{Canary, HeaderRule, RouteEdits, SameSite};
 use sluice_config::{PathKind, PathMatch};
 
 use crate::upstream::balance::cookie;
@@ -23,6 +23,74 @@ pub struct Edits {
     pub forwarded_prefix: Option<HeaderValue>,
     /// `Host` to send.
     pub upstream_vhost: Option<HeaderValue>,
+    /// The session cookie of `affinity: cookie`.
+    pub affinity: Option<SessionCookie>,
+}
+
+/// The session cookie, compiled: its name and the attributes after the value.
+#[derive(Debug)]
+pub struct SessionCookie {
+    name: String,
+    /// `; Path=..; Max-Age=..; ...; HttpOnly...` without `Expires`, which depends on the time.
+    attributes: String,
+    expires: Option<std::time::Duration>,
+}
+
+impl SessionCookie {
+    fn compile(c: &sluice_config::behaviour::SessionCookie, path: &PathMatch) -> Self {
+        use std::fmt::Write as _;
+        let route_path = match path.kind {
+            PathKind::Regex => "/",
+            _ if path.path.is_empty() => "/",
+            _ => path.path.as_str(),
+        };
+        let mut attributes = format!("; Path={}", c.path.as_deref().unwrap_or(route_path));
+        if let Some(d) = &c.domain {
+            let _ = write!(attributes, "; Domain={d}");
+        }
+        if let Some(n) = c.max_age {
+            let _ = write!(attributes, "; Max-Age={n}");
+        }
+        attributes.push_str("; HttpOnly");
+        if c.secure {
+            attributes.push_str("; Secure");
+        }
+        if let Some(s) = c.samesite {
+            attributes.push_str(match s {
+                SameSite::None => "; SameSite=None",
+                SameSite::Lax => "; SameSite=Lax",
+                SameSite::Strict => "; SameSite=Strict",
+            });
+        }
+        Self {
+            name: c.name.clone(),
+            attributes,
+            expires: c.expires.map(std::time::Duration::from_secs),
+        }
+    }
+
+    /// A new session value: 128 random bits in hex.
+    pub fn new_value() -> String {
+        format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+    }
+
+    /// Whether the request already carries the cookie (in any `Cookie` field).
+    pub fn present(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .any(|v| cookie(v.as_bytes(), &self.name).is_some_and(|c| !c.is_empty()))
+    }
+
+    /// The `Set-Cookie` value for a new session.
+    pub fn set_cookie(&self, value: &str, now: std::time::SystemTime) -> Option<HeaderValue> {
+        let mut v = format!("{}={value}{}", self.name, self.attributes);
+        if let Some(e) = self.expires {
+            v.push_str("; Expires=");
+            v.push_str(&httpdate::fmt_http_date(now + e));
+        }
+        HeaderValue::from_str(&v).ok()
+    }
 }
 
 impl Edits {
@@ -50,6 +118,7 @@ impl Edits {
             rewrite,
             forwarded_prefix: value(&e.forwarded_prefix),
             upstream_vhost: value(&e.upstream_vhost),
+            affinity: e.affinity.as_ref().map(|c| SessionCookie::compile(c, path)),
         }))
     }
 
@@ -228,6 +297,33 @@ mod tests {
             &headers(&[("cookie", "a=1"), ("cookie", "c=always")]),
             never_roll
         ));
+    }
+
+    #[test]
+    fn session_cookie_attributes() {
+        let c = sluice_config::behaviour::SessionCookie {
+            name: "route".into(),
+            path: None,
+            domain: Some("example.test".into()),
+            max_age: Some(60),
+            expires: Some(3600),
+            samesite: Some(SameSite::Strict),
+            secure: true,
+        };
+        let path = PathMatch {
+            kind: PathKind::Prefix,
+            path: "/app".into(),
+        };
+        let s = SessionCookie::compile(&c, &path);
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            s.set_cookie("abc", at).unwrap(),
+            "route=abc; Path=/app; Domain=example.test; Max-Age=60; HttpOnly; Secure; SameSite=Strict; Expires=Tue, 14 Nov 2023 23:13:20 GMT"
+        );
+        assert!(s.present(&headers(&[("cookie", "a=1"), ("cookie", "route=x")])));
+        assert!(!s.present(&headers(&[("cookie", "route=")])));
+        assert_eq!(SessionCookie::new_value().len(), 32);
+        assert_ne!(SessionCookie::new_value(), SessionCookie::new_value());
     }
 
     #[test]

@@ -62,8 +62,13 @@ pub fn request_hash(key: &HashKey, src: &KeySource<'_>) -> Option<u64> {
         HashKey::Header(name) => (src.header)(name).map(fnv1a),
         HashKey::Cookie(name) => (src.header)("cookie")
             .and_then(|v| cookie(v, name))
-            .map(fnv1a),
+            .map(cookie_key),
     }
+}
+
+/// The hash of a cookie's value (the key a cookie-hashing pool places a request by).
+pub fn cookie_key(value: &[u8]) -> u64 {
+    fnv1a(value)
 }
 
 /// The value of cookie `name` in a `Cookie` header value.
