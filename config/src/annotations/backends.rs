@@ -149,13 +149,7 @@ pub fn canary(a: &BTreeMap<String, String>) -> Result<Option<CanaryRules>, Annot
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
-            .collect()
-    }
+    use crate::annotations::nginx_annotations as ann;
 
     #[test]
     fn session_cookies() {

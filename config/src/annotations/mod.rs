@@ -86,6 +86,15 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
         .collect()
 }
 
+/// Test input: these `(name, value)` pairs under the ingress-nginx prefix.
+#[cfg(test)]
+pub(crate) fn nginx_annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+        .collect()
+}
+
 /// An annotation value that could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("annotation {name}: {message}")]

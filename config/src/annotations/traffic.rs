@@ -263,13 +263,7 @@ pub fn expand(template: &str, caps: &regex::Captures<'_>, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
-            .collect()
-    }
+    use crate::annotations::nginx_annotations as ann;
 
     #[test]
     fn redirects_as_ingress_nginx_reads_them() {
