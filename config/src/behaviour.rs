@@ -33,6 +33,44 @@ pub struct RouteEdits {
     pub upstream_vhost: Option<String>,
     /// `affinity: cookie`: the session cookie sluice sets when a client has none.
     pub affinity: Option<SessionCookie>,
+    /// `whitelist-source-range` / `denylist-source-range`: 403 for other clients.
+    pub source_ranges: Option<SourceRanges>,
+    /// `enable-cors`: preflights answered, CORS fields on responses.
+    pub cors: Option<Cors>,
+}
+
+/// Which client addresses may use a route: not in `deny`, and in `allow` when it is not empty.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceRanges {
+    /// Allowed blocks (empty: everyone not denied).
+    pub allow: Vec<crate::cidr::Cidr>,
+    /// Denied blocks.
+    pub deny: Vec<crate::cidr::Cidr>,
+}
+
+impl SourceRanges {
+    /// Whether a client at `ip` may use the route.
+    pub fn admits(&self, ip: std::net::IpAddr) -> bool {
+        !self.deny.iter().any(|c| c.contains(ip))
+            && (self.allow.is_empty() || self.allow.iter().any(|c| c.contains(ip)))
+    }
+}
+
+/// CORS as ingress-nginx configures it (`enable-cors`, `cors-*`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cors {
+    /// `*`, or origins (`https://a.test`, `https://*.b.test` for any one label).
+    pub origins: Vec<String>,
+    /// `Access-Control-Allow-Methods`.
+    pub methods: String,
+    /// `Access-Control-Allow-Headers`.
+    pub headers: String,
+    /// `Access-Control-Expose-Headers` (empty: not sent).
+    pub expose: String,
+    /// `Access-Control-Allow-Credentials: true`.
+    pub credentials: bool,
+    /// `Access-Control-Max-Age` of preflights.
+    pub max_age: u64,
 }
 
 /// `SameSite` of the session cookie.

@@ -35,7 +35,7 @@ metadata:
     nginx.ingress.kubernetes.io/mirror-target: https://mirror.test$request_uri
     nginx.ingress.kubernetes.io/proxy-body-size: lots
     nginx.ingress.kubernetes.io/server-snippet: "return 200;"
-    nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8
+    nginx.ingress.kubernetes.io/limit-rps: "5"
     cert-manager.io/cluster-issuer: letsencrypt
 spec:
   ingressClassName: nginx
@@ -112,7 +112,7 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
         ("rewrite-target", "honoured"),
         ("server-snippet", "refused"),
         ("ssl-redirect", "honoured"),
-        ("whitelist-source-range", "fails-closed"),
+        ("limit-rps", "fails-closed"),
     ]
     .iter()
     .map(|(a, v)| (a.to_string(), v.to_string()))

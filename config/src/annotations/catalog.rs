@@ -67,6 +67,7 @@ use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
 
 const NOT_YET: &str = "not implemented yet: served as if the annotation were absent";
 const ACCESS: &str = "not enforced yet: the Ingress answers 503 rather than serve open";
+const RANGES: &str = "403 for other clients; an unreadable list answers 503; the client is the TCP peer, or behind --trusted-proxies the last untrusted X-Forwarded-For address";
 const SNIPPET: &str = "raw nginx configuration is never executed; use the typed annotations";
 const NGINX_ONLY: &str = "an nginx tuning knob with no counterpart in sluice";
 
@@ -83,7 +84,7 @@ pub const CATALOG: &[Entry] = &[
         Differs,
         "persistent behaves as balanced: when pods are added, about 1/n of sessions move to them",
     ),
-    e("allowlist-source-range", FailsClosed, ACCESS),
+    e("allowlist-source-range", Honoured, RANGES),
     e("app-root", Honoured, ""),
     e("auth-always-set-cookie", FailsClosed, ACCESS),
     e("auth-cache-duration", FailsClosed, ACCESS),
@@ -130,22 +131,26 @@ pub const CATALOG: &[Entry] = &[
     ),
     e("configuration-snippet", Refused, SNIPPET),
     e("connection-proxy-header", Unsupported, NGINX_ONLY),
-    e("cors-allow-credentials", Unsupported, NOT_YET),
-    e("cors-allow-headers", Unsupported, NOT_YET),
-    e("cors-allow-methods", Unsupported, NOT_YET),
-    e("cors-allow-origin", Unsupported, NOT_YET),
-    e("cors-expose-headers", Unsupported, NOT_YET),
-    e("cors-max-age", Unsupported, NOT_YET),
+    e("cors-allow-credentials", Honoured, ""),
+    e("cors-allow-headers", Honoured, ""),
+    e("cors-allow-methods", Honoured, ""),
+    e(
+        "cors-allow-origin",
+        Honoured,
+        "*, or origins with *. for one label",
+    ),
+    e("cors-expose-headers", Honoured, ""),
+    e("cors-max-age", Honoured, ""),
     e("custom-headers", Unsupported, NOT_YET),
     e("custom-http-errors", Unsupported, NOT_YET),
     e("default-backend", Unsupported, NOT_YET),
-    e("denylist-source-range", FailsClosed, ACCESS),
+    e("denylist-source-range", Honoured, RANGES),
     e(
         "enable-access-log",
         Unsupported,
         "the access log is global (--access-log)",
     ),
-    e("enable-cors", Unsupported, NOT_YET),
+    e("enable-cors", Honoured, "preflights answered 204 by sluice"),
     e("enable-global-auth", Unsupported, NOT_YET),
     e(
         "enable-modsecurity",
@@ -346,7 +351,7 @@ pub const CATALOG: &[Entry] = &[
         Differs,
         "Rust regex syntax, case-insensitive, anchored at the start: no look-around or back-references (such a path is invalid)",
     ),
-    e("whitelist-source-range", FailsClosed, ACCESS),
+    e("whitelist-source-range", Honoured, RANGES),
     e("x-forwarded-prefix", Honoured, ""),
     Entry {
         name: "hsts",

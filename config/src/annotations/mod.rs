@@ -17,6 +17,7 @@ macro_rules! both {
 }
 pub(crate) use both;
 
+pub mod access;
 pub mod backends;
 pub mod catalog;
 pub mod review;
@@ -74,14 +75,7 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
             else {
                 return false;
             };
-            matches!(
-                name,
-                "whitelist-source-range"
-                    | "allowlist-source-range"
-                    | "denylist-source-range"
-                    | "satisfy"
-            ) || name.starts_with("auth-")
-                || name.starts_with("limit-")
+            name == "satisfy" || name.starts_with("auth-") || name.starts_with("limit-")
         })
         .collect()
 }
@@ -377,9 +371,9 @@ mod tests {
             found,
             [
                 "nginx.ingress.kubernetes.io/limit-rps",
-                "nginx.ingress.kubernetes.io/whitelist-source-range",
                 "sluice.dev/auth-url"
-            ]
+            ],
+            "source ranges are enforced, so not listed"
         );
         assert!(
             unenforced_access(&ann("nginx.ingress.kubernetes.io/rewrite-target", "/")).is_empty()

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::catalog::{self, Support};
-use super::{AnnotationError, backends, traffic};
+use super::{AnnotationError, access, backends, traffic};
 
 /// What sluice does with one annotation of one Ingress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,6 +96,8 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(traffic::other_timeouts(a));
     note(backends::canary(a).map(drop));
     note(backends::affinity(a).map(drop));
+    note(access::source_ranges(a).map(drop));
+    note(access::cors(a).map(drop));
     note(
         traffic::flag(
             a,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::review::{Verdict, review};
-use crate::annotations::{self, AnnotationError, both, traffic};
+use crate::annotations::{self, AnnotationError, access, both, traffic};
 use crate::behaviour::{RouteEdits, RouteLimits};
 use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
@@ -72,14 +72,24 @@ pub(super) fn annotations_of(ing: &Ingress) -> &BTreeMap<String, String> {
 /// answers 503, and the problem (an Error, so a Warning Event) names the annotations. An
 /// Ingress migrated from ingress-nginx must never become more exposed than it was.
 pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
-    let found = annotations::unenforced_access(annotations_of(ing));
-    if found.is_empty() {
-        return None;
-    }
-    let msg = format!(
-        "access control sluice does not enforce yet ({}); its routes answer 503 instead of serving without it",
-        found.join(", ")
-    );
+    let ann = annotations_of(ing);
+    let found = annotations::unenforced_access(ann);
+    let unreadable: Vec<String> = [access::source_ranges(ann).err(), access::cors(ann).err()]
+        .into_iter()
+        .flatten()
+        .map(|e| e.to_string())
+        .collect();
+    let msg = match (found.is_empty(), unreadable.is_empty()) {
+        (true, true) => return None,
+        (false, _) => format!(
+            "access control sluice does not enforce yet ({}); its routes answer 503 instead of serving without it",
+            found.join(", ")
+        ),
+        (true, false) => format!(
+            "access control that cannot be read ({}); its routes answer 503 instead of serving without it",
+            unreadable.join("; ")
+        ),
+    };
     p.report(
         Severity::Error,
         "AccessControlNotEnforced",
@@ -157,6 +167,9 @@ pub(super) fn route_options(
         forwarded_prefix: or_default(traffic::forwarded_prefix(ann), src, p),
         upstream_vhost: or_default(traffic::upstream_vhost(ann), src, p),
         affinity: or_default(crate::annotations::backends::affinity(ann), src, p),
+        // Unreadable access lists lock the Ingress (`fail_closed`), so `None` here never opens.
+        source_ranges: access::source_ranges(ann).ok().flatten(),
+        cors: access::cors(ann).ok().flatten(),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -24,8 +24,8 @@ use crate::upstream::balance::{KeySource, cookie, cookie_key, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::retry::{self, Plan};
 use crate::wire::decode::lists;
-use crate::wire::hop;
 use crate::wire::length;
+use crate::wire::{forwarded, hop};
 
 /// Routes and forwards the normalised path (see [`sluice_config::request_path`]): a request
 /// whose path changes gets the normalised one in its URI (query kept); one whose path climbs
@@ -249,6 +249,26 @@ async fn route(
         }
         .response();
     }
+    let mut cors_origin = None;
+    if let Some(e) = &action.edits {
+        if let Some(ranges) = &e.source_ranges {
+            let client =
+                forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
+            if !ranges.admits(client) {
+                return Local::Forbidden.response();
+            }
+        }
+        if let Some(cors) = &e.cors {
+            cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
+            if let Some(origin) = &cors_origin
+                && req.method() == http::Method::OPTIONS
+            {
+                let mut r = Local::Preflight.response();
+                cors.apply(r.headers_mut(), origin.clone(), true);
+                return r;
+            }
+        }
+    }
     let cluster = match &action.target {
         Target::Unavailable(why) => {
             return Local::Failed {
@@ -355,6 +375,9 @@ async fn route(
         return Response::from_parts(rparts, RespBody::empty());
     }
     hop::strip(&mut rparts.headers, false);
+    if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {
+        cors.apply(&mut rparts.headers, origin, false);
+    }
     if let (Some(value), Some(a)) = (&session, edits.and_then(|e| e.affinity.as_ref()))
         && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
     {

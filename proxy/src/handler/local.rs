@@ -57,6 +57,10 @@ pub(crate) enum Local<'a> {
         /// The HTTPS listener's port.
         port: u16,
     },
+    /// The client's address is not allowed on the route (source ranges).
+    Forbidden,
+    /// A CORS preflight answered by sluice (`enable-cors`).
+    Preflight,
     /// A redirect the route asks for (`permanent-redirect`, `temporal-redirect`, `app-root`).
     Redirect {
         /// The 3xx status.
@@ -130,6 +134,8 @@ impl Local<'_> {
             },
             Local::HttpsRedirect { .. } => row(S::PERMANENT_REDIRECT, "", false),
             Local::Redirect { status, .. } => row(status, "", false),
+            Local::Forbidden => row(S::FORBIDDEN, "403 Forbidden\n", false),
+            Local::Preflight => row(S::NO_CONTENT, "", false),
             Local::Failed { status, .. } => match status {
                 S::SERVICE_UNAVAILABLE => row(status, "503 Service Unavailable\n", false),
                 S::GATEWAY_TIMEOUT => row(status, "504 Gateway Timeout\n", false),

@@ -25,6 +25,80 @@ pub struct Edits {
     pub upstream_vhost: Option<HeaderValue>,
     /// The session cookie of `affinity: cookie`.
     pub affinity: Option<SessionCookie>,
+    /// `whitelist-source-range` / `denylist-source-range`.
+    pub source_ranges: Option<sluice_config::behaviour::SourceRanges>,
+    /// `enable-cors`.
+    pub cors: Option<Cors>,
+}
+
+/// CORS, compiled: header values checked once.
+#[derive(Debug)]
+pub struct Cors {
+    any_origin: bool,
+    origins: Vec<String>,
+    methods: HeaderValue,
+    headers: HeaderValue,
+    expose: Option<HeaderValue>,
+    credentials: bool,
+    max_age: HeaderValue,
+}
+
+impl Cors {
+    fn compile(c: &sluice_config::behaviour::Cors) -> Option<Self> {
+        Some(Self {
+            any_origin: c.origins.iter().any(|o| o == "*"),
+            origins: c.origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
+            methods: HeaderValue::from_str(&c.methods).ok()?,
+            headers: HeaderValue::from_str(&c.headers).ok()?,
+            expose: (!c.expose.is_empty())
+                .then(|| HeaderValue::from_str(&c.expose).ok())
+                .flatten(),
+            credentials: c.credentials,
+            max_age: HeaderValue::from(c.max_age),
+        })
+    }
+
+    /// The `Access-Control-Allow-Origin` for a request's `Origin`: `*` when any origin is
+    /// allowed, the origin itself when it is listed (`https://*.b.test` takes one label), else
+    /// `None` (the request gets no CORS fields, as in ingress-nginx).
+    pub fn allow_origin(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
+        if self.any_origin {
+            return Some(HeaderValue::from_static("*"));
+        }
+        let o = origin?.to_str().ok()?.to_ascii_lowercase();
+        let listed = self
+            .origins
+            .iter()
+            .any(|want| match want.split_once("://*.") {
+                Some((scheme, suffix)) => o
+                    .strip_prefix(scheme)
+                    .and_then(|r| r.strip_prefix("://"))
+                    .and_then(|host| host.strip_suffix(suffix))
+                    .and_then(|label| label.strip_suffix('.'))
+                    .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+                None => *want == o,
+            });
+        listed.then(|| origin.cloned()).flatten()
+    }
+
+    /// Adds the CORS fields for an allowed origin; a preflight also gets the max age.
+    pub fn apply(&self, h: &mut HeaderMap, allow_origin: HeaderValue, preflight: bool) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
+        if self.credentials {
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
+        }
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, self.methods.clone());
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, self.headers.clone());
+        if let Some(v) = &self.expose {
+            h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, v.clone());
+        }
+        if preflight {
+            h.insert(header::ACCESS_CONTROL_MAX_AGE, self.max_age.clone());
+        }
+    }
 }
 
 /// The session cookie, compiled: its name and the attributes after the value.
@@ -119,6 +193,8 @@ impl Edits {
             forwarded_prefix: value(&e.forwarded_prefix),
             upstream_vhost: value(&e.upstream_vhost),
             affinity: e.affinity.as_ref().map(|c| SessionCookie::compile(c, path)),
+            source_ranges: e.source_ranges.clone(),
+            cors: e.cors.as_ref().and_then(Cors::compile),
         }))
     }
 
@@ -297,6 +373,41 @@ mod tests {
             &headers(&[("cookie", "a=1"), ("cookie", "c=always")]),
             never_roll
         ));
+    }
+
+    #[test]
+    fn cors_origins() {
+        let c = |origins: &[&str]| {
+            Cors::compile(&sluice_config::behaviour::Cors {
+                origins: origins.iter().map(|s| s.to_string()).collect(),
+                methods: "GET".into(),
+                headers: "X".into(),
+                expose: String::new(),
+                credentials: true,
+                max_age: 5,
+            })
+            .unwrap()
+        };
+        let o = |s: &str| HeaderValue::from_str(s).unwrap();
+        assert_eq!(c(&["*"]).allow_origin(None), Some(o("*")));
+        let list = c(&["https://a.test", "https://*.b.test"]);
+        for (origin, ok) in [
+            ("https://a.test", true),
+            ("https://A.TEST", true),
+            ("http://a.test", false),
+            ("https://x.b.test", true),
+            ("https://x.y.b.test", false),
+            ("https://b.test", false),
+            ("https://evilb.test", false),
+            ("https://a.test.evil", false),
+        ] {
+            assert_eq!(
+                list.allow_origin(Some(&o(origin))).is_some(),
+                ok,
+                "{origin}"
+            );
+        }
+        assert_eq!(list.allow_origin(None), None);
     }
 
     #[test]

@@ -201,6 +201,38 @@ impl ProxyHeaders<'_> {
     }
 }
 
+/// The client address that access rules judge. From a trusted proxy (`--trusted-proxies`),
+/// the rightmost `X-Forwarded-For` address that is not itself a trusted proxy (nginx's
+/// `real_ip_recursive`); from anyone else, the peer itself — a client cannot choose its
+/// address by sending the field. An address that does not parse stops the walk at the last
+/// trusted hop, which access lists do not normally admit.
+pub fn client_ip(
+    peer: std::net::IpAddr,
+    headers: &HeaderMap,
+    trusts: impl Fn(std::net::IpAddr) -> bool,
+) -> std::net::IpAddr {
+    if !trusts(peer) {
+        return peer;
+    }
+    let mut client = peer;
+    let fields: Vec<&HeaderValue> = headers.get_all(&X_FORWARDED_FOR).iter().collect();
+    for v in fields.iter().rev() {
+        let Ok(text) = v.to_str() else {
+            return client;
+        };
+        for hop in text.rsplit(',').map(str::trim).filter(|h| !h.is_empty()) {
+            let Ok(ip) = hop.trim_matches(|c| c == '[' || c == ']').parse() else {
+                return client;
+            };
+            client = ip;
+            if !trusts(ip) {
+                return ip;
+            }
+        }
+    }
+    client
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -287,5 +319,46 @@ mod tests {
             .collect();
         assert_eq!(ids, [("x-request-id".to_string(), "abc".to_string())]);
         assert_ne!(new_request_id(), new_request_id());
+    }
+
+    #[test]
+    fn the_client_address_access_rules_judge() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let proxies = |a: std::net::IpAddr| a == ip("127.0.0.1") || a == ip("10.0.0.5");
+        let xff = |vals: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in vals {
+                h.append(&X_FORWARDED_FOR, HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        // An untrusted peer's field is ignored.
+        assert_eq!(
+            client_ip(ip("192.0.2.9"), &xff(&["10.1.1.1"]), proxies),
+            ip("192.0.2.9")
+        );
+        // Through two trusted proxies: the rightmost untrusted address.
+        assert_eq!(
+            client_ip(
+                ip("127.0.0.1"),
+                &xff(&["6.6.6.6, 203.0.113.7", "10.0.0.5"]),
+                proxies
+            ),
+            ip("203.0.113.7")
+        );
+        // No field: the peer.
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), &xff(&[]), proxies),
+            ip("127.0.0.1")
+        );
+        // Garbage stops at the last trusted hop.
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), &xff(&["203.0.113.7, nonsense"]), proxies),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), &xff(&["[2001:db8::1]"]), proxies),
+            ip("2001:db8::1")
+        );
     }
 }

@@ -1,0 +1,202 @@
+//! Access annotations through `sluice serve` over real sockets: source ranges (the client
+//! address as the trusted-proxy rules resolve it, never a header a client chose), CORS
+//! (preflight answered, fields on responses, origins matched), an unreadable list failing
+//! closed, and an access annotation sluice does not enforce failing closed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use sluice_tests::*;
+
+const N: &str = "nginx.ingress.kubernetes.io/";
+
+async fn send(addr: SocketAddr, method: &str, host: &str, headers: &[(&str, &str)]) -> Got {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/"))
+        .header("host", host);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = client()
+        .request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Backend) {
+    let a = backend("a").await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &[a.addr]));
+    let on = |name: &str, ann: &[(&str, &str)]| {
+        let keys: Vec<(String, String)> = ann
+            .iter()
+            .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+            .collect();
+        let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        annotated_ingress(
+            name,
+            &format!("{name}.test"),
+            &[("/", "Prefix", "svc")],
+            &ann,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &[
+            on(
+                "loopback-only",
+                &[("whitelist-source-range", "127.0.0.0/8, ::1")],
+            ),
+            on("office-only", &[("allowlist-source-range", "10.0.0.0/8")]),
+            on("no-loopback", &[("denylist-source-range", "127.0.0.1/32")]),
+            on("typo", &[("whitelist-source-range", "10.0.0.0/88")]),
+            on("auth", &[("auth-url", "http://auth.test/verify")]),
+            on("cors-any", &[("enable-cors", "true")]),
+            on(
+                "cors-list",
+                &[
+                    ("enable-cors", "true"),
+                    (
+                        "cors-allow-origin",
+                        "https://app.test, https://*.example.test",
+                    ),
+                    ("cors-allow-credentials", "false"),
+                    ("cors-max-age", "600"),
+                ],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), extra).await;
+    (s, m, a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_ranges_judge_the_resolved_client() {
+    let (s, _m, _a) = setup(&[]).await;
+    let http = s.running.http_addr.unwrap();
+    let status = |host: &'static str, headers: &'static [(&'static str, &'static str)]| async move {
+        send(http, "GET", host, headers).await.status.as_u16()
+    };
+    assert_eq!(status("loopback-only.test", &[]).await, 200);
+    assert_eq!(status("office-only.test", &[]).await, 403);
+    assert_eq!(status("no-loopback.test", &[]).await, 403);
+    // Without --trusted-proxies a client cannot claim an address.
+    assert_eq!(
+        status("office-only.test", &[("x-forwarded-for", "10.1.2.3")]).await,
+        403
+    );
+    // An unreadable list fails closed, as does access control sluice does not enforce.
+    assert_eq!(status("typo.test", &[]).await, 503);
+    assert_eq!(status("auth.test", &[]).await, 503);
+    let problems = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
+        .await
+        .unwrap()
+        .text();
+    assert!(problems.contains("10.0.0.0/88"), "{problems}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_judged() {
+    let (s, _m, _a) = setup(&["--trusted-proxies", "127.0.0.1/32"]).await;
+    let http = s.running.http_addr.unwrap();
+    let get = |headers: &'static [(&'static str, &'static str)]| async move {
+        send(http, "GET", "office-only.test", headers)
+            .await
+            .status
+            .as_u16()
+    };
+    assert_eq!(get(&[("x-forwarded-for", "10.1.2.3")]).await, 200);
+    assert_eq!(
+        get(&[("x-forwarded-for", "10.1.2.3, 192.0.2.7")]).await,
+        403
+    );
+    assert_eq!(get(&[("x-forwarded-for", "not-an-address")]).await, 403);
+    assert_eq!(get(&[]).await, 403, "the proxy itself is not in the list");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_preflights_and_responses() {
+    let (s, _m, a) = setup(&[]).await;
+    let http = s.running.http_addr.unwrap();
+    let before = a.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let pre = send(
+        http,
+        "OPTIONS",
+        "cors-any.test",
+        &[
+            ("origin", "https://anyone.test"),
+            ("access-control-request-method", "PUT"),
+        ],
+    )
+    .await;
+    assert_eq!(pre.status, 204);
+    assert_eq!(pre.headers["access-control-allow-origin"], "*");
+    assert_eq!(pre.headers["access-control-allow-credentials"], "true");
+    assert_eq!(
+        pre.headers["access-control-allow-methods"],
+        "GET, PUT, POST, DELETE, PATCH, OPTIONS"
+    );
+    assert_eq!(pre.headers["access-control-max-age"], "1728000");
+    assert_eq!(
+        a.requests.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "the preflight never reaches the pod"
+    );
+    let r = send(
+        http,
+        "GET",
+        "cors-any.test",
+        &[("origin", "https://x.test")],
+    )
+    .await;
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("a")));
+    assert_eq!(r.headers["access-control-allow-origin"], "*");
+    assert!(!r.headers.contains_key("access-control-max-age"));
+
+    // A listed origin is echoed; an unlisted one gets no CORS fields (and its OPTIONS goes to
+    // the pod like any request).
+    let ok = send(
+        http,
+        "OPTIONS",
+        "cors-list.test",
+        &[("origin", "https://api.example.test")],
+    )
+    .await;
+    assert_eq!(ok.status, 204);
+    assert_eq!(
+        ok.headers["access-control-allow-origin"],
+        "https://api.example.test"
+    );
+    assert!(!ok.headers.contains_key("access-control-allow-credentials"));
+    assert_eq!(ok.headers["access-control-max-age"], "600");
+    let no = send(
+        http,
+        "GET",
+        "cors-list.test",
+        &[("origin", "https://evil.test")],
+    )
+    .await;
+    assert_eq!(no.status, 200);
+    assert!(!no.headers.contains_key("access-control-allow-origin"));
+    let no = send(
+        http,
+        "OPTIONS",
+        "cors-list.test",
+        &[("origin", "https://app.test.evil")],
+    )
+    .await;
+    assert_eq!(no.backend(), Some("a"));
+}
