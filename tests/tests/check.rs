@@ -105,6 +105,7 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
     let mut got = verdicts(&json);
     got.sort();
     let want: Vec<(String, String)> = [
+        ("limit-rps", "fails-closed"),
         ("mirror-target", "unsupported"),
         ("proxy-body-size", "invalid"),
         ("proxy-buffering", "differs"),
@@ -112,7 +113,6 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
         ("rewrite-target", "honoured"),
         ("server-snippet", "refused"),
         ("ssl-redirect", "honoured"),
-        ("limit-rps", "fails-closed"),
     ]
     .iter()
     .map(|(a, v)| (a.to_string(), v.to_string()))
