@@ -37,6 +37,9 @@ pub struct RouteEdits {
     pub source_ranges: Option<SourceRanges>,
     /// `enable-cors`: preflights answered, CORS fields on responses.
     pub cors: Option<Cors>,
+    /// `from-to-www-redirect`: this route exists only to send its host's requests to this host
+    /// (308, scheme and target kept).
+    pub host_redirect: Option<String>,
 }
 
 /// Which client addresses may use a route: not in `deny`, and in `allow` when it is not empty.

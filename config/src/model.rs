@@ -210,6 +210,9 @@ pub struct ClusterSpec {
     /// Most requests (for HTTP/1: connections) in flight to one endpoint of the pool; `None`
     /// for no limit (`sluice.dev/upstream-max-connections`, `--upstream-max-connections`).
     pub max_in_flight: Option<u32>,
+    /// `service-upstream`: the one endpoint is the Service's ClusterIP (kube-proxy balances),
+    /// so EndpointSlice changes do not touch this pool.
+    pub service_upstream: bool,
 }
 
 /// Where a matched request goes.

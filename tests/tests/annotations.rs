@@ -103,6 +103,8 @@ async fn redirects_rewrites_and_request_edits() {
             ],
         ),
         ("force", "/", &[("force-ssl-redirect", "true")]),
+        ("www.twin", "/", &[("from-to-www-redirect", "true")]),
+        ("www.plain", "/", &[("from-to-www-redirect", "true")]),
         ("plain", "/", &[]),
     ];
     let ings: Vec<String> = rows
@@ -231,6 +233,17 @@ async fn redirects_rewrites_and_request_edits() {
     );
     let r = get(&c, http, "plain.test", "/").await.unwrap();
     assert_eq!(r.status, 200);
+
+    // from-to-www-redirect: the bare twin redirects to the Ingress's host, unless another
+    // Ingress defines the twin (plain.test is served, not redirected).
+    let r = get(&c, http, "twin.test", "/a?b=c").await.unwrap();
+    assert_eq!(r.status, 308);
+    assert_eq!(r.headers["location"], "http://www.twin.test/a?b=c");
+    assert_eq!(
+        get(&c, http, "www.twin.test", "/").await.unwrap().status,
+        200
+    );
+    assert_eq!(get(&c, http, "plain.test", "/x").await.unwrap().status, 200);
 
     // The refused snippet is reported, once, in the status API's problems.
     let admin = s.running.admin_addr;

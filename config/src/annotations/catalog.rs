@@ -169,7 +169,11 @@ pub const CATALOG: &[Entry] = &[
         Honoured,
         "308, also for hosts without a TLS section",
     ),
-    e("from-to-www-redirect", Unsupported, NOT_YET),
+    e(
+        "from-to-www-redirect",
+        Honoured,
+        "308 to the Ingress's host, unless an Ingress defines the twin host",
+    ),
     e(
         "http2-push-preload",
         Unsupported,
@@ -293,7 +297,11 @@ pub const CATALOG: &[Entry] = &[
     e("satisfy", FailsClosed, ACCESS),
     e("server-alias", Unsupported, NOT_YET),
     e("server-snippet", Refused, SNIPPET),
-    e("service-upstream", Unsupported, NOT_YET),
+    e(
+        "service-upstream",
+        Honoured,
+        "the pool's one endpoint is the ClusterIP; sluice's retries then reach kube-proxy, not pods",
+    ),
     e("session-cookie-change-on-failure", Unsupported, NOT_YET),
     e(
         "session-cookie-conditional-samesite-none",

@@ -86,6 +86,8 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(super::next_upstream(a).map(drop));
     note(traffic::flag(a, &super::both!("force-ssl-redirect")).map(drop));
     note(traffic::flag(a, &super::both!("use-regex")).map(drop));
+    note(traffic::flag(a, &super::both!("from-to-www-redirect")).map(drop));
+    note(traffic::flag(a, &super::both!("service-upstream")).map(drop));
     note(traffic::redirect(a).map(drop));
     note(traffic::app_root(a).map(drop));
     note(traffic::rewrite_target(a).map(drop));

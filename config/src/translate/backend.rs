@@ -109,6 +109,7 @@ pub(super) struct PoolAnnotations {
     protocol: Option<UpstreamProtocol>,
     balance: Option<BalancePolicy>,
     max_in_flight: Option<u32>,
+    service_upstream: Option<bool>,
 }
 
 impl PoolAnnotations {
@@ -135,10 +136,22 @@ impl PoolAnnotations {
             invalid(e);
             None
         });
+        let service_upstream = annotations::traffic::flag(
+            ann,
+            &[
+                "sluice.dev/service-upstream",
+                "nginx.ingress.kubernetes.io/service-upstream",
+            ],
+        )
+        .unwrap_or_else(|e| {
+            invalid(e);
+            None
+        });
         Self {
             protocol,
             balance,
             max_in_flight,
+            service_upstream,
         }
     }
 }
@@ -154,6 +167,8 @@ pub(super) struct Resolver<'w> {
     balance_set_by: BTreeMap<ClusterKey, ObjectRef>,
     /// Which Ingress set a cluster's connection limit by annotation (the oldest wins).
     max_set_by: BTreeMap<ClusterKey, ObjectRef>,
+    /// Which Ingress set `service-upstream` on a cluster (the oldest wins).
+    via_cluster_ip_set_by: BTreeMap<ClusterKey, ObjectRef>,
     /// `--upstream-max-connections`.
     max_in_flight: Option<u32>,
 }
@@ -171,6 +186,7 @@ impl<'w> Resolver<'w> {
             protocol_set_by: BTreeMap::new(),
             balance_set_by: BTreeMap::new(),
             max_set_by: BTreeMap::new(),
+            via_cluster_ip_set_by: BTreeMap::new(),
             max_in_flight,
         }
     }
@@ -290,6 +306,7 @@ impl<'w> Resolver<'w> {
                 balance: balance.clone(),
                 endpoints: resolve_endpoints(world, ns, svc, port),
                 max_in_flight: default_max,
+                service_upstream: false,
             });
         if let Some(proto) = pool.protocol {
             first_wins(
@@ -315,8 +332,41 @@ impl<'w> Resolver<'w> {
                 p,
             );
         }
+        if let Some(via) = pool.service_upstream {
+            first_wins(
+                (&mut cluster.service_upstream, via),
+                (&mut self.via_cluster_ip_set_by, &key, src),
+                "service-upstream",
+                p,
+            );
+            if cluster.service_upstream {
+                match cluster_ip(svc, port_num) {
+                    Some(ep) => cluster.endpoints = vec![ep],
+                    None => {
+                        cluster.service_upstream = false;
+                        p.report(
+                            Severity::Warning,
+                            "NoClusterIP",
+                            src,
+                            "metadata.annotations[nginx.ingress.kubernetes.io/service-upstream]",
+                            format!("Service {ns}/{} has no ClusterIP (headless?); its endpoints are used", sb.name),
+                        );
+                    }
+                }
+            }
+        }
         RouteAction::Cluster(key)
     }
+}
+
+/// The Service's ClusterIP and port as the pool's one endpoint (`service-upstream`).
+fn cluster_ip(svc: &Service, port: u16) -> Option<EndpointSpec> {
+    let ip = svc.spec.as_ref()?.cluster_ip.as_deref()?;
+    let ip: IpAddr = ip.parse().ok()?;
+    Some(EndpointSpec {
+        addr: SocketAddr::new(ip, port),
+        state: EndpointState::Ready,
+    })
 }
 
 /// Sets a pool's value from the first (oldest) Ingress that asks for it; a later Ingress that

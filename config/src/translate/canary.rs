@@ -1,6 +1,8 @@
-//! Two ingress-nginx rules that act on a host's merged routes after every Ingress was read:
-//! canary Ingresses attach to the main route with the same host and path, and a host where any
-//! Ingress uses `use-regex` or `rewrite-target` has all its paths read as regular expressions.
+//! Three ingress-nginx rules that act on the merged hosts after every Ingress was read: canary
+//! Ingresses attach to the main route with the same host and path; a host where any Ingress
+//! uses `use-regex` or `rewrite-target` has all its paths read as regular expressions; and
+//! `from-to-www-redirect` adds the `www.`/bare twin of a host, redirecting, unless an Ingress
+//! defines it.
 
 use std::collections::BTreeMap;
 
@@ -113,4 +115,40 @@ pub(super) fn regex_routes(
         out.insert(route.path.clone(), route);
     }
     out
+}
+
+/// The `www.` twin of a host (`www.a.test` ⇄ `a.test`).
+pub(super) fn www_twin(host: &str) -> String {
+    match host.strip_prefix("www.") {
+        Some(bare) => bare.to_string(),
+        None => format!("www.{host}"),
+    }
+}
+
+/// Adds a redirecting virtual host for each `(twin, target, source)` that no Ingress defines
+/// (ingress-nginx omits the redirect when one does).
+pub(super) fn www_redirects(
+    hosts: &mut BTreeMap<HostMatch, BTreeMap<PathMatch, Route>>,
+    twins: Vec<(String, String, ObjectRef, crate::model::RouteOptions)>,
+) {
+    for (twin, target, source, options) in twins {
+        let host = HostMatch::Exact(twin);
+        if hosts.contains_key(&host) {
+            continue;
+        }
+        let path = PathMatch {
+            kind: PathKind::Prefix,
+            path: String::new(),
+        };
+        let mut options = options;
+        options.edits.host_redirect = Some(target);
+        let route = Route {
+            path: path.clone(),
+            action: RouteAction::Unavailable("from-to-www-redirect".into()),
+            source,
+            options,
+            canary: None,
+        };
+        hosts.insert(host, BTreeMap::from([(path, route)]));
+    }
 }

@@ -218,6 +218,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let mut canaries = Vec::new();
     let mut passthrough: BTreeMap<String, crate::model::Passthrough> = BTreeMap::new();
     let mut regex_hosts = std::collections::BTreeSet::new();
+    let mut twins = Vec::new();
     let mut written: BTreeMap<(HostMatch, PathMatch), (String, String)> = BTreeMap::new();
 
     for ing in &ours {
@@ -243,6 +244,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         };
         let options = options::route_options(ing, &src, &settings, &mut problems);
         let regex = options::wants_regex(ing);
+        let www = options::www_redirect(ing, &src, &mut problems);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let locked = options::fail_closed(ing, &src, &mut problems);
         if locked.is_none() {
@@ -369,6 +371,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 if regex {
                     regex_hosts.insert(host.clone());
                 }
+                if let (true, HostMatch::Exact(h)) = (www, &host) {
+                    twins.push((canary::www_twin(h), h.clone(), src.clone(), options.clone()));
+                }
                 let routes = hosts.entry(host.clone()).or_default();
                 if let Some(existing) = routes.get(&path) {
                     problems.report(
@@ -415,6 +420,8 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     }
 
     canary::attach(&mut hosts, canaries, &mut problems);
+    twins.dedup_by(|a, b| a.0 == b.0);
+    canary::www_redirects(&mut hosts, twins);
     for host in &regex_hosts {
         if let Some(routes) = hosts.remove(host) {
             let routes = canary::regex_routes(host, routes, &written, &mut problems);

@@ -143,6 +143,16 @@ pub(super) fn wants_regex(ing: &Ingress) -> bool {
         || traffic::rewrite_target(a).ok().flatten().is_some()
 }
 
+/// Whether the Ingress asks for `from-to-www-redirect`.
+pub(super) fn www_redirect(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> bool {
+    or_default(
+        traffic::flag(annotations_of(ing), &both!("from-to-www-redirect")),
+        src,
+        p,
+    )
+    .unwrap_or(false)
+}
+
 /// Per-Ingress options from annotations; invalid annotations are reported and ignored.
 pub(super) fn route_options(
     ing: &Ingress,
@@ -170,6 +180,7 @@ pub(super) fn route_options(
         // Unreadable access lists lock the Ingress (`fail_closed`), so `None` here never opens.
         source_ranges: access::source_ranges(ann).ok().flatten(),
         cors: access::cors(ann).ok().flatten(),
+        host_redirect: None,
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -209,3 +209,70 @@ fn the_controller_configmap_sits_between_flags_and_annotations() {
     assert!(problems.contains(&("InvalidConfigMapValue", "data[proxy-read-timeout]")));
     assert!(problems.contains(&("ConfigMapKeysNotHonoured", "data")));
 }
+
+/// `service-upstream`: the pool's one endpoint is the ClusterIP and the Service port; a
+/// headless Service keeps its pod endpoints, with a warning.
+#[test]
+fn service_upstream_uses_the_cluster_ip() {
+    use super::tests::{service, slice};
+    let mut w = base_world();
+    let mut svc = service(
+        "default",
+        "vip",
+        serde_json::json!([{"port": 8080, "name": "http"}]),
+    );
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.cluster_ip = Some("10.96.0.10".into());
+    }
+    w.put_service(svc);
+    w.put_service(service(
+        "default",
+        "headless",
+        serde_json::json!([{"port": 80, "name": "http"}]),
+    ));
+    for name in ["vip", "headless"] {
+        w.put_endpoint_slice(slice(
+            "default",
+            name,
+            name,
+            serde_json::json!([{"name": "http", "port": 9000}]),
+            serde_json::json!([{"addresses": ["10.1.0.1"]}]),
+        ));
+    }
+    let mut vip = simple("vip", "vip.test", &[("/", "Prefix", "vip")]);
+    vip.spec.as_mut().unwrap().rules.as_mut().unwrap()[0]
+        .http
+        .as_mut()
+        .unwrap()
+        .paths[0]
+        .backend
+        .service
+        .as_mut()
+        .unwrap()
+        .port
+        .as_mut()
+        .unwrap()
+        .number = Some(8080);
+    w.put_ingress(annotated(vip, &[("service-upstream", "true")]));
+    w.put_ingress(annotated(
+        simple("headless", "headless.test", &[("/", "Prefix", "headless")]),
+        &[("service-upstream", "true")],
+    ));
+    let s = translate(&w, &opts());
+    let eps = |svc: &str| -> Vec<String> {
+        let c = s
+            .clusters()
+            .values()
+            .find(|c| c.key.service == svc)
+            .unwrap();
+        c.endpoints.iter().map(|e| e.addr.to_string()).collect()
+    };
+    assert_eq!(eps("vip"), ["10.96.0.10:8080"]);
+    assert!(
+        s.clusters()
+            .values()
+            .any(|c| c.key.service == "vip" && c.service_upstream)
+    );
+    assert_eq!(eps("headless"), ["10.1.0.1:9000"]);
+    assert!(reasons(&s).contains(&"NoClusterIP"));
+}

@@ -222,7 +222,13 @@ impl Rebuilder {
         let snapshot = translate(&self.world, &self.opts);
         let translate_time = started.elapsed();
         let mut by_service: HashMap<Key, Vec<ClusterKey>> = HashMap::new();
-        for key in snapshot.clusters().keys() {
+        // A `service-upstream` pool's one endpoint is the ClusterIP: slices never change it.
+        for key in snapshot
+            .clusters()
+            .values()
+            .filter(|c| !c.service_upstream)
+            .map(|c| &c.key)
+        {
             by_service
                 .entry((key.namespace.clone(), key.service.clone()))
                 .or_default()

@@ -204,26 +204,32 @@ fn request_host<B>(req: &Request<B>) -> Option<&str> {
 /// The answers a route's edits give instead of proxying, in nginx's order: `app-root` (a
 /// server-level rewrite, first), then the route's own redirect.
 fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<Response<RespBody>> {
-    if let Some(root) = &edits.app_root
-        && req.uri().path() == "/"
-    {
+    let scheme = if conn.tls { "https" } else { "http" };
+    let (status, location) = match (&edits.app_root, &edits.host_redirect) {
         // `return 302 $scheme://$http_host<app-root>`: the client's host, port included.
-        let host = request_host(req).unwrap_or("localhost");
-        let scheme = if conn.tls { "https" } else { "http" };
-        let location = HeaderValue::from_str(&format!("{scheme}://{host}{root}")).ok()?;
-        return Some(
-            Local::Redirect {
-                status: StatusCode::FOUND,
-                location: &location,
-            }
-            .response(),
-        );
-    }
-    let (status, location) = edits.redirect.as_ref()?;
+        (Some(root), _) if req.uri().path() == "/" => {
+            let host = request_host(req).unwrap_or("localhost");
+            (StatusCode::FOUND, format!("{scheme}://{host}{root}"))
+        }
+        // `from-to-www-redirect`: `return 308 $scheme://<host>$request_uri`.
+        (_, Some(target)) => {
+            let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            (
+                StatusCode::PERMANENT_REDIRECT,
+                format!("{scheme}://{target}{pq}"),
+            )
+        }
+        _ => {
+            let (status, location) = edits.redirect.as_ref()?;
+            let status = *status;
+            return Some(Local::Redirect { status, location }.response());
+        }
+    };
+    let location = HeaderValue::from_str(&location).ok()?;
     Some(
         Local::Redirect {
-            status: *status,
-            location,
+            status,
+            location: &location,
         }
         .response(),
     )

@@ -29,6 +29,8 @@ pub struct Edits {
     pub source_ranges: Option<sluice_config::behaviour::SourceRanges>,
     /// `enable-cors`.
     pub cors: Option<Cors>,
+    /// `from-to-www-redirect`: the host this twin host redirects to.
+    pub host_redirect: Option<String>,
 }
 
 /// CORS, compiled: header values checked once.
@@ -195,6 +197,7 @@ impl Edits {
             affinity: e.affinity.as_ref().map(|c| SessionCookie::compile(c, path)),
             source_ranges: e.source_ranges.clone(),
             cors: e.cors.as_ref().and_then(Cors::compile),
+            host_redirect: e.host_redirect.clone(),
         }))
     }
 

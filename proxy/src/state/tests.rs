@@ -41,6 +41,7 @@ fn cluster(service: &str, eps: &[u8], protocol: UpstreamProtocol) -> ClusterSpec
         balance: BalancePolicy::default(),
         endpoints: eps.iter().map(|&i| ep(i)).collect(),
         max_in_flight: None,
+        service_upstream: false,
     }
 }
 

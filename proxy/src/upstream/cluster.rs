@@ -274,6 +274,7 @@ mod tests {
                 })
                 .collect(),
             max_in_flight: None,
+            service_upstream: false,
         }
     }
 

@@ -116,6 +116,7 @@ fn cluster(fakes: &[&Fake]) -> Cluster {
             })
             .collect(),
         max_in_flight: None,
+        service_upstream: false,
     };
     let pools = PoolRegistry::new(UpstreamSettings::default());
     Cluster::new(&spec, &pools, &Metrics::new())
