@@ -40,6 +40,24 @@ pub struct RouteEdits {
     /// `from-to-www-redirect`: this route exists only to send its host's requests to this host
     /// (308, scheme and target kept).
     pub host_redirect: Option<String>,
+    /// `limit-rps`, `limit-rpm`, `limit-connections`: per client address, per Ingress.
+    pub limits: Option<RateLimits>,
+}
+
+/// ingress-nginx's request limits of one Ingress, per client address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RateLimits {
+    /// `limit-rps`: requests per second.
+    pub rps: Option<u32>,
+    /// `limit-rpm`: requests per minute.
+    pub rpm: Option<u32>,
+    /// `limit-burst-multiplier` (default 5): the burst allowed above the rate, as a multiple
+    /// of it.
+    pub burst_multiplier: u32,
+    /// `limit-connections`: requests in flight at once.
+    pub connections: Option<u32>,
+    /// `limit-whitelist` / `limit-allowlist`: clients the limits do not apply to.
+    pub exempt: Vec<crate::cidr::Cidr>,
 }
 
 /// Which client addresses may use a route: not in `deny`, and in `allow` when it is not empty.

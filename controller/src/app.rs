@@ -137,6 +137,7 @@ impl Running {
                 .map(|u| u.trim().to_ascii_lowercase())
                 .filter(|u| !u.is_empty())
                 .collect(),
+            limit_status: c.limit_req_status_code,
             access_log: c.access_log.then_some(match c.log_format {
                 LogFormat::Text => sluice_proxy::telemetry::access::Format::Text,
                 LogFormat::Json => sluice_proxy::telemetry::access::Format::Json,

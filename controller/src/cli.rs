@@ -204,6 +204,11 @@ pub struct CommonArgs {
         default_value = "websocket"
     )]
     pub allowed_upgrades: Vec<String>,
+    /// Status answered to a request over an Ingress's `limit-rps`, `limit-rpm` or
+    /// `limit-connections` (ingress-nginx's `limit-req-status-code`; 429 is the other common
+    /// choice).
+    #[arg(long, env = "SLUICE_LIMIT_REQ_STATUS_CODE", default_value_t = 503, value_parser = clap::value_parser!(u16).range(400..600))]
+    pub limit_req_status_code: u16,
     /// What the admin listener serves to peers that are not on loopback, comma-separated
     /// (`metrics`, `api`). `/healthz` and `/readyz` answer everyone; the rest answers loopback
     /// only by default (with hostNetwork the admin port is open on the node's address).

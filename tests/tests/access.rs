@@ -200,3 +200,94 @@ async fn cors_preflights_and_responses() {
     .await;
     assert_eq!(no.backend(), Some("a"));
 }
+
+/// `limit-rps` at twice the limit: the admitted count is the rate times the time plus the
+/// burst (within ±5%); `limit-connections` caps requests in flight; `limit-whitelist` exempts;
+/// `--limit-req-status-code` sets the refusal's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_per_client() {
+    let a = backend("a").await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &[a.addr]));
+    let on = |name: &str, ann: &[(&str, &str)]| {
+        let keys: Vec<(String, String)> = ann
+            .iter()
+            .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+            .collect();
+        let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        annotated_ingress(
+            name,
+            &format!("{name}.test"),
+            &[("/", "Prefix", "svc")],
+            &ann,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &[
+            on(
+                "rps",
+                &[("limit-rps", "50"), ("limit-burst-multiplier", "1")],
+            ),
+            on("conns", &[("limit-connections", "2")]),
+            on(
+                "exempt",
+                &[("limit-rps", "1"), ("limit-whitelist", "127.0.0.0/8")],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &["--limit-req-status-code", "429"]).await;
+    let http = s.running.http_addr.unwrap();
+
+    // 100 requests a second for 3 s against 50/s with a burst of 50.
+    let c = client();
+    let start = tokio::time::Instant::now();
+    let (mut ok, mut limited) = (0u32, 0u32);
+    for i in 0..300u32 {
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(u64::from(i) * 10)).await;
+        match get(&c, http, "rps.test", "/")
+            .await
+            .unwrap()
+            .status
+            .as_u16()
+        {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    let want = 50.0 * start.elapsed().as_secs_f64() + 51.0;
+    eprintln!("limit-rps 50 at 100/s: {ok} admitted, {limited} refused, expected {want:.0}");
+    assert!(
+        (f64::from(ok) - want).abs() <= want * 0.05,
+        "{ok} admitted, expected {want:.0}"
+    );
+
+    // Two in flight at once; the others are refused while they last.
+    let slow: Vec<_> = (0..5)
+        .map(|_| {
+            tokio::spawn(async move {
+                get(&client(), http, "conns.test", "/?delay_ms=500")
+                    .await
+                    .unwrap()
+                    .status
+                    .as_u16()
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in slow {
+        statuses.push(t.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+    assert_eq!(get(&c, http, "conns.test", "/").await.unwrap().status, 200);
+
+    // An exempt client is never limited.
+    for _ in 0..20 {
+        assert_eq!(get(&c, http, "exempt.test", "/").await.unwrap().status, 200);
+    }
+}

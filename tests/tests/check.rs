@@ -35,7 +35,7 @@ metadata:
     nginx.ingress.kubernetes.io/mirror-target: https://mirror.test$request_uri
     nginx.ingress.kubernetes.io/proxy-body-size: lots
     nginx.ingress.kubernetes.io/server-snippet: "return 200;"
-    nginx.ingress.kubernetes.io/limit-rps: "5"
+    nginx.ingress.kubernetes.io/limit-rate: "1024"
     cert-manager.io/cluster-issuer: letsencrypt
 spec:
   ingressClassName: nginx
@@ -105,7 +105,7 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
     let mut got = verdicts(&json);
     got.sort();
     let want: Vec<(String, String)> = [
-        ("limit-rps", "fails-closed"),
+        ("limit-rate", "fails-closed"),
         ("mirror-target", "unsupported"),
         ("proxy-body-size", "invalid"),
         ("proxy-buffering", "differs"),

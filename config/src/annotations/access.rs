@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{AnnotationError, first};
-use crate::behaviour::{Cors, SourceRanges};
+use crate::behaviour::{Cors, RateLimits, SourceRanges};
 use crate::cidr::Cidr;
 
 fn cidrs(
@@ -49,6 +49,44 @@ pub fn source_ranges(
     Ok(Some(SourceRanges {
         allow: allow.unwrap_or_default(),
         deny: deny.unwrap_or_default(),
+    }))
+}
+
+/// `limit-rps`, `limit-rpm`, `limit-connections` with `limit-burst-multiplier` and
+/// `limit-whitelist`; `None` when no limit is set.
+pub fn rate_limits(a: &BTreeMap<String, String>) -> Result<Option<RateLimits>, AnnotationError> {
+    let positive = |names: &[&'static str]| match first(a, names) {
+        None => Ok(None),
+        Some((name, v)) => match v.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(AnnotationError {
+                name,
+                message: format!("{v:?} is not a whole number above 0"),
+            }),
+        },
+    };
+    let rps = positive(&both!("limit-rps"))?;
+    let rpm = positive(&both!("limit-rpm"))?;
+    let connections = positive(&both!("limit-connections"))?;
+    if rps.is_none() && rpm.is_none() && connections.is_none() {
+        return Ok(None);
+    }
+    let exempt = cidrs(
+        a,
+        &[
+            "sluice.dev/limit-allowlist",
+            "sluice.dev/limit-whitelist",
+            "nginx.ingress.kubernetes.io/limit-allowlist",
+            "nginx.ingress.kubernetes.io/limit-whitelist",
+        ],
+    )?
+    .unwrap_or_default();
+    Ok(Some(RateLimits {
+        rps,
+        rpm,
+        burst_multiplier: positive(&both!("limit-burst-multiplier"))?.unwrap_or(5),
+        connections,
+        exempt,
     }))
 }
 
@@ -150,6 +188,39 @@ mod tests {
                 source_ranges(&ann(&[("whitelist-source-range", bad)])).is_err(),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn rate_limits_and_their_defaults() {
+        assert_eq!(
+            rate_limits(&ann(&[("limit-burst-multiplier", "2")])).unwrap(),
+            None
+        );
+        let r = rate_limits(&ann(&[("limit-rps", "10")])).unwrap().unwrap();
+        assert_eq!(
+            (r.rps, r.rpm, r.burst_multiplier, r.connections),
+            (Some(10), None, 5, None)
+        );
+        let r = rate_limits(&ann(&[
+            ("limit-rpm", "600"),
+            ("limit-connections", "3"),
+            ("limit-burst-multiplier", "1"),
+            ("limit-whitelist", "10.0.0.0/8"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (r.rpm, r.connections, r.burst_multiplier, r.exempt.len()),
+            (Some(600), Some(3), 1, 1)
+        );
+        for bad in [
+            &[("limit-rps", "0")][..],
+            &[("limit-rps", "ten")],
+            &[("limit-rps", "5"), ("limit-whitelist", "10.0.0.0/99")],
+            &[("limit-rps", "5"), ("limit-burst-multiplier", "0")],
+        ] {
+            assert!(rate_limits(&ann(bad)).is_err(), "{bad:?}");
         }
     }
 

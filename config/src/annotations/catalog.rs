@@ -68,6 +68,7 @@ use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
 const NOT_YET: &str = "not implemented yet: served as if the annotation were absent";
 const ACCESS: &str = "not enforced yet: the Ingress answers 503 rather than serve open";
 const RANGES: &str = "403 for other clients; an unreadable list answers 503; the client is the TCP peer, or behind --trusted-proxies the last untrusted X-Forwarded-For address";
+const LIMITS: &str = "per client address and Ingress (GCRA, burst = rate x multiplier); --limit-req-status-code (503) when exceeded; 256 KiB of state per limited Ingress whatever the number of clients";
 const SNIPPET: &str = "raw nginx configuration is never executed; use the typed annotations";
 const NGINX_ONLY: &str = "an nginx tuning knob with no counterpart in sluice";
 
@@ -179,13 +180,18 @@ pub const CATALOG: &[Entry] = &[
         Unsupported,
         "HTTP/2 push is obsolete (browsers removed it)",
     ),
-    e("limit-burst-multiplier", FailsClosed, ACCESS),
-    e("limit-connections", FailsClosed, ACCESS),
+    e("limit-allowlist", Honoured, ""),
+    e("limit-burst-multiplier", Honoured, "default 5"),
+    e(
+        "limit-connections",
+        Differs,
+        "counts requests in flight per client address, not connections",
+    ),
     e("limit-rate", FailsClosed, ACCESS),
     e("limit-rate-after", FailsClosed, ACCESS),
-    e("limit-rpm", FailsClosed, ACCESS),
-    e("limit-rps", FailsClosed, ACCESS),
-    e("limit-whitelist", FailsClosed, ACCESS),
+    e("limit-rpm", Honoured, LIMITS),
+    e("limit-rps", Honoured, LIMITS),
+    e("limit-whitelist", Honoured, ""),
     e(
         "load-balance",
         Differs,

@@ -64,7 +64,7 @@ pub const PROXY_NEXT_UPSTREAM_TRIES: [&str; 2] = [
 ];
 
 /// The access-control annotations (ingress-nginx's, under either prefix) sluice does not
-/// enforce; an Ingress carrying any is served closed (503), never open. Returns the keys found.
+/// enforce (authentication, client certificates, `satisfy`, response bandwidth limits); an Ingress carrying any is served closed (503), never open. Returns the keys found.
 pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
     a.keys()
         .map(String::as_str)
@@ -75,7 +75,9 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
             else {
                 return false;
             };
-            name == "satisfy" || name.starts_with("auth-") || name.starts_with("limit-")
+            name == "satisfy"
+                || name.starts_with("auth-")
+                || matches!(name, "limit-rate" | "limit-rate-after")
         })
         .collect()
 }
@@ -356,7 +358,7 @@ mod tests {
             ),
             ("sluice.dev/auth-url".to_string(), "http://auth".to_string()),
             (
-                "nginx.ingress.kubernetes.io/limit-rps".to_string(),
+                "nginx.ingress.kubernetes.io/limit-rate".to_string(),
                 "5".to_string(),
             ),
             (
@@ -370,7 +372,7 @@ mod tests {
         assert_eq!(
             found,
             [
-                "nginx.ingress.kubernetes.io/limit-rps",
+                "nginx.ingress.kubernetes.io/limit-rate",
                 "sluice.dev/auth-url"
             ],
             "source ranges are enforced, so not listed"

@@ -100,6 +100,7 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(backends::affinity(a).map(drop));
     note(access::source_ranges(a).map(drop));
     note(access::cors(a).map(drop));
+    note(access::rate_limits(a).map(drop));
     note(
         traffic::flag(
             a,

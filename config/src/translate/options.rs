@@ -181,6 +181,7 @@ pub(super) fn route_options(
         source_ranges: access::source_ranges(ann).ok().flatten(),
         cors: access::cors(ann).ok().flatten(),
         host_redirect: None,
+        limits: access::rate_limits(ann).ok().flatten(),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

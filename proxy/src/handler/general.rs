@@ -256,23 +256,33 @@ async fn route(
         .response();
     }
     let mut cors_origin = None;
-    if let Some(e) = &action.edits {
-        if let Some(ranges) = &e.source_ranges {
-            let client =
-                forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
-            if !ranges.admits(client) {
-                return Local::Forbidden.response();
+    let client =
+        || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
+    if let Some(ranges) = action.edits.as_ref().and_then(|e| e.source_ranges.as_ref())
+        && !ranges.admits(client())
+    {
+        return Local::Forbidden.response();
+    }
+    // Held until the response head is back: `limit-connections` counts requests in flight.
+    let _admitted = match &action.limiter {
+        None => None,
+        Some(l) => match l.admit(client(), crate::clock::now_nanos()) {
+            Some(admitted) => Some(admitted),
+            None => {
+                let status = StatusCode::from_u16(dp.settings.limit_status)
+                    .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                return Local::Limited(status).response();
             }
-        }
-        if let Some(cors) = &e.cors {
-            cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
-            if let Some(origin) = &cors_origin
-                && req.method() == http::Method::OPTIONS
-            {
-                let mut r = Local::Preflight.response();
-                cors.apply(r.headers_mut(), origin.clone(), true);
-                return r;
-            }
+        },
+    };
+    if let Some(cors) = action.edits.as_ref().and_then(|e| e.cors.as_ref()) {
+        cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
+        if let Some(origin) = &cors_origin
+            && req.method() == http::Method::OPTIONS
+        {
+            let mut r = Local::Preflight.response();
+            cors.apply(r.headers_mut(), origin.clone(), true);
+            return r;
         }
     }
     let cluster = match &action.target {

@@ -59,6 +59,8 @@ pub(crate) enum Local<'a> {
     },
     /// The client's address is not allowed on the route (source ranges).
     Forbidden,
+    /// Over an Ingress's request limits (`--limit-req-status-code`).
+    Limited(StatusCode),
     /// A CORS preflight answered by sluice (`enable-cors`).
     Preflight,
     /// A redirect the route asks for (`permanent-redirect`, `temporal-redirect`, `app-root`).
@@ -135,6 +137,15 @@ impl Local<'_> {
             Local::HttpsRedirect { .. } => row(S::PERMANENT_REDIRECT, "", false),
             Local::Redirect { status, .. } => row(status, "", false),
             Local::Forbidden => row(S::FORBIDDEN, "403 Forbidden\n", false),
+            Local::Limited(status) => Row {
+                status,
+                body: Bytes::from(format!(
+                    "{} {}\n",
+                    status.as_u16(),
+                    status.canonical_reason().unwrap_or("Request Limit Reached")
+                )),
+                close: false,
+            },
             Local::Preflight => row(S::NO_CONTENT, "", false),
             Local::Failed { status, .. } => match status {
                 S::SERVICE_UNAVAILABLE => row(status, "503 Service Unavailable\n", false),

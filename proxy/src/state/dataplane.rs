@@ -197,7 +197,14 @@ impl DataPlane {
         self.publish_cert_metrics(&store);
         self.certs.store(Arc::new(store));
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let table = RouteTable::compile(Arc::clone(&snapshot), &next, &self.metrics, generation);
+        let previous = self.routes.load_full();
+        let table = RouteTable::compile(
+            Arc::clone(&snapshot),
+            &next,
+            &self.metrics,
+            generation,
+            &previous,
+        );
         self.routes.store(Arc::new(table));
         control.clusters = next;
         control.current = Some(snapshot);

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod dataplane;
 pub mod edits;
+pub mod limits;
 pub mod routes;
 pub mod settings;
 

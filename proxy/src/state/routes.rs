@@ -6,9 +6,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use sluice_config::{ClusterKey, NextUpstream, Route, RouteAction, RouteRef, Snapshot};
+use sluice_config::behaviour::RateLimits;
+use sluice_config::{ClusterKey, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot};
 
 use crate::state::edits::{CanaryRule, Edits};
+use crate::state::limits::Limiter;
 use crate::telemetry::access::RouteSeen;
 use crate::telemetry::metrics::{Metrics, RouteStats};
 use crate::upstream::cluster::Cluster;
@@ -46,6 +48,8 @@ pub struct Action {
     pub max_body_size: Option<u64>,
     /// Wait for the response head (`proxy-read-timeout`), else `--request-timeout`.
     pub request_timeout: Option<std::time::Duration>,
+    /// `limit-rps`/`limit-rpm`/`limit-connections` of the route's Ingress.
+    pub limiter: Option<Arc<Limiter>>,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
@@ -69,21 +73,44 @@ pub struct RouteTable {
     default: Option<Action>,
     /// SSL passthrough hosts and their pools.
     passthrough: HashMap<Box<str>, Arc<Cluster>>,
+    /// Request limiters by Ingress and settings, handed to the next table so that a
+    /// configuration change does not give every client a fresh allowance.
+    limiters: Limiters,
     /// Monotonic generation of the applied configuration.
     pub generation: u64,
 }
 
-fn compile_route(
-    r: &Route,
-    clusters: &HashMap<ClusterKey, Arc<Cluster>>,
-    metrics: &Metrics,
-) -> Action {
-    let mut action = compile_action(r, &r.action, &r.source, clusters, metrics);
+/// Limiters by Ingress and settings.
+type Limiters = HashMap<(ObjectRef, RateLimits), Arc<Limiter>>;
+
+/// What compiling a table reads besides the snapshot.
+struct Compiling<'a> {
+    clusters: &'a HashMap<ClusterKey, Arc<Cluster>>,
+    metrics: &'a Metrics,
+    previous: &'a Limiters,
+    limiters: Limiters,
+}
+
+impl Compiling<'_> {
+    /// The limiter of an Ingress: the previous table's while its settings stay.
+    fn limiter(&mut self, source: &ObjectRef, l: &RateLimits) -> Arc<Limiter> {
+        let key = (source.clone(), l.clone());
+        let found = self
+            .previous
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Limiter::new(l)));
+        Arc::clone(self.limiters.entry(key).or_insert(found))
+    }
+}
+
+fn compile_route(r: &Route, cx: &mut Compiling<'_>) -> Action {
+    let mut action = compile_action(r, &r.action, &r.source, cx);
     // A canary takes the main route's options (ingress-nginx ignores a canary Ingress's other
     // annotations); only its backend and its names differ.
     action.canary = r.canary.as_ref().and_then(|c| {
         let rule = CanaryRule::compile(c)?;
-        let mut side = compile_action(r, &c.action, &c.source, clusters, metrics);
+        let mut side = compile_action(r, &c.action, &c.source, cx);
         side.general_only = true;
         Some(Box::new((rule, side)))
     });
@@ -94,10 +121,11 @@ fn compile_route(
 fn compile_action(
     r: &Route,
     route_action: &RouteAction,
-    source: &sluice_config::ObjectRef,
-    clusters: &HashMap<ClusterKey, Arc<Cluster>>,
-    metrics: &Metrics,
+    source: &ObjectRef,
+    cx: &mut Compiling<'_>,
 ) -> Action {
+    let clusters = cx.clusters;
+    let metrics = cx.metrics;
     let ingress = format!("{}/{}", source.namespace, source.name);
     let (target, service) = match route_action {
         RouteAction::Cluster(k) => match clusters.get(k) {
@@ -121,10 +149,18 @@ fn compile_action(
         HeaderValue::from_str(&v).ok()
     });
     let edits = Edits::compile(&r.options.edits, &r.path);
+    // Limits count per Ingress: every route of one Ingress shares its limiter.
+    let limiter = r
+        .options
+        .edits
+        .limits
+        .as_ref()
+        .map(|l| cx.limiter(&r.source, l));
     Action {
         target,
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
-        general_only: edits.is_some(),
+        general_only: edits.is_some() || limiter.is_some(),
+        limiter,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
         edits,
@@ -147,30 +183,39 @@ impl RouteTable {
             actions: Vec::new(),
             default: None,
             passthrough: HashMap::new(),
+            limiters: Limiters::new(),
             generation: 0,
         }
     }
 
-    /// Compiles a snapshot against the current pools.
+    /// Compiles a snapshot against the current pools, keeping the `previous` table's
+    /// limiters where their Ingress and settings stay.
     pub fn compile(
         snapshot: Arc<Snapshot>,
         clusters: &HashMap<ClusterKey, Arc<Cluster>>,
         metrics: &Metrics,
         generation: u64,
+        previous: &RouteTable,
     ) -> Self {
+        let mut cx = Compiling {
+            clusters,
+            metrics,
+            previous: &previous.limiters,
+            limiters: HashMap::new(),
+        };
         let actions = snapshot
             .virtual_hosts()
             .iter()
             .map(|vh| {
                 vh.routes
                     .iter()
-                    .map(|r| compile_route(r, clusters, metrics))
+                    .map(|r| compile_route(r, &mut cx))
                     .collect()
             })
             .collect();
         let default = snapshot
             .default_backend()
-            .map(|r| compile_route(r, clusters, metrics));
+            .map(|r| compile_route(r, &mut cx));
         let passthrough = snapshot
             .passthrough()
             .iter()
@@ -187,6 +232,7 @@ impl RouteTable {
             actions,
             default,
             passthrough,
+            limiters: cx.limiters,
             generation,
         }
     }

@@ -30,6 +30,9 @@ pub struct ProxySettings {
     pub tunnel_idle_timeout: Duration,
     /// `Upgrade` protocols tunnelled (lower case); others are forwarded as plain requests.
     pub allowed_upgrades: Vec<String>,
+    /// Status of a request refused by `limit-rps`/`limit-rpm`/`limit-connections`
+    /// (`--limit-req-status-code`, ingress-nginx's default 503).
+    pub limit_status: u16,
 }
 
 impl ProxySettings {
@@ -52,6 +55,7 @@ impl Default for ProxySettings {
             trusted_proxies: Vec::new(),
             tunnel_idle_timeout: Duration::from_secs(60),
             allowed_upgrades: vec!["websocket".to_string()],
+            limit_status: 503,
         }
     }
 }
