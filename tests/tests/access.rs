@@ -33,38 +33,52 @@ async fn send(addr: SocketAddr, method: &str, host: &str, headers: &[(&str, &str
     }
 }
 
-async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Backend) {
+/// One Service and one Ingress per `(name, annotations)` row (host `NAME.test`, annotations
+/// without the ingress-nginx prefix), served with `extra` flags.
+async fn serve_rows(
+    rows: &[(&str, &[(&str, &str)])],
+    extra: &[&str],
+) -> (Serving, Manifests, sluice_bench::backend::Backend) {
     let a = backend("a").await;
     let m = Manifests::new();
     m.write("class.yaml", &ingress_class());
     m.write("svc.yaml", &service("svc"));
     m.write("eps.yaml", &endpoint_slices("svc", &[a.addr]));
-    let on = |name: &str, ann: &[(&str, &str)]| {
-        let keys: Vec<(String, String)> = ann
-            .iter()
-            .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
-            .collect();
-        let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        annotated_ingress(
-            name,
-            &format!("{name}.test"),
-            &[("/", "Prefix", "svc")],
-            &ann,
-        )
-    };
-    m.write(
-        "ing.yaml",
+    let docs: Vec<String> = rows
+        .iter()
+        .map(|(name, ann)| {
+            let keys: Vec<(String, String)> = ann
+                .iter()
+                .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+                .collect();
+            let ann: Vec<(&str, &str)> =
+                keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            annotated_ingress(
+                name,
+                &format!("{name}.test"),
+                &[("/", "Prefix", "svc")],
+                &ann,
+            )
+        })
+        .collect();
+    m.write("ing.yaml", &docs.join("---\n"));
+    let s = serve(m.dir.path(), extra).await;
+    (s, m, a)
+}
+
+async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Backend) {
+    serve_rows(
         &[
-            on(
+            (
                 "loopback-only",
                 &[("whitelist-source-range", "127.0.0.0/8, ::1")],
             ),
-            on("office-only", &[("allowlist-source-range", "10.0.0.0/8")]),
-            on("no-loopback", &[("denylist-source-range", "127.0.0.1/32")]),
-            on("typo", &[("whitelist-source-range", "10.0.0.0/88")]),
-            on("auth", &[("auth-url", "http://auth.test/verify")]),
-            on("cors-any", &[("enable-cors", "true")]),
-            on(
+            ("office-only", &[("allowlist-source-range", "10.0.0.0/8")]),
+            ("no-loopback", &[("denylist-source-range", "127.0.0.1/32")]),
+            ("typo", &[("whitelist-source-range", "10.0.0.0/88")]),
+            ("auth", &[("auth-url", "http://auth.test/verify")]),
+            ("cors-any", &[("enable-cors", "true")]),
+            (
                 "cors-list",
                 &[
                     ("enable-cors", "true"),
@@ -76,11 +90,10 @@ async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Ba
                     ("cors-max-age", "600"),
                 ],
             ),
-        ]
-        .join("---\n"),
-    );
-    let s = serve(m.dir.path(), extra).await;
-    (s, m, a)
+        ],
+        extra,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,40 +219,21 @@ async fn cors_preflights_and_responses() {
 /// `--limit-req-status-code` sets the refusal's status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_per_client() {
-    let a = backend("a").await;
-    let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &service("svc"));
-    m.write("eps.yaml", &endpoint_slices("svc", &[a.addr]));
-    let on = |name: &str, ann: &[(&str, &str)]| {
-        let keys: Vec<(String, String)> = ann
-            .iter()
-            .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
-            .collect();
-        let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        annotated_ingress(
-            name,
-            &format!("{name}.test"),
-            &[("/", "Prefix", "svc")],
-            &ann,
-        )
-    };
-    m.write(
-        "ing.yaml",
+    let (s, _m, _a) = serve_rows(
         &[
-            on(
+            (
                 "rps",
                 &[("limit-rps", "50"), ("limit-burst-multiplier", "1")],
             ),
-            on("conns", &[("limit-connections", "2")]),
-            on(
+            ("conns", &[("limit-connections", "2")]),
+            (
                 "exempt",
                 &[("limit-rps", "1"), ("limit-whitelist", "127.0.0.0/8")],
             ),
-        ]
-        .join("---\n"),
-    );
-    let s = serve(m.dir.path(), &["--limit-req-status-code", "429"]).await;
+        ],
+        &["--limit-req-status-code", "429"],
+    )
+    .await;
     let http = s.running.http_addr.unwrap();
 
     // 100 requests a second for 3 s against 50/s with a burst of 50.
