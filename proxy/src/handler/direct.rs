@@ -24,7 +24,7 @@ use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 
 use crate::handler::ConnInfo;
 use crate::handler::general::{finish, handle_in};
-use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
+use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
 use crate::handler::respond::{BodyFraming, HeadWriter};
 use crate::handler::rules::ResponseRules;
 use crate::state::dataplane::DataPlane;
@@ -166,6 +166,7 @@ pub(crate) async fn dispatch(
             Ok(std::borrow::Cow::Borrowed(_))
         ) && let Some(action) = table.lookup(host, req.uri.path())
             && !action.general_only
+            && (action.limiter.is_none() || !conn.trusted)
             && let Target::Cluster(cluster) = &action.target
             && cluster.protocol != UpstreamProtocol::H2c
             && !hashes_fields(&cluster.balance)
@@ -232,6 +233,11 @@ async fn forward(
     started: Instant,
 ) -> Answer {
     let s = &dp.settings;
+    // Held until the response head is back, as on the general path.
+    let Ok(_admitted) = action.admit(conn.remote.ip()) else {
+        let resp = limited(s.limit_status);
+        return Answer::General(finish(dp, conn, action, resp, true, started));
+    };
     let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
     let mut fwd = conn.proxy_headers();
     fwd.request_id = req.request_id;

@@ -13,7 +13,7 @@ use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
 use crate::handler::ConnInfo;
-use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
+use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
 use crate::handler::rules::ResponseRules;
 use crate::io::activity::{Activity, Watched};
 use crate::state::dataplane::DataPlane;
@@ -264,16 +264,13 @@ async fn route(
         return Local::Forbidden.response();
     }
     // Held until the response head is back: `limit-connections` counts requests in flight.
-    let _admitted = match &action.limiter {
-        None => None,
-        Some(l) => match l.admit(client(), crate::clock::now_nanos()) {
-            Some(admitted) => Some(admitted),
-            None => {
-                let status = StatusCode::from_u16(dp.settings.limit_status)
-                    .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                return Local::Limited(status).response();
-            }
-        },
+    let _admitted = if action.limiter.is_some() {
+        match action.admit(client()) {
+            Ok(admitted) => admitted,
+            Err(_) => return limited(dp.settings.limit_status),
+        }
+    } else {
+        None
     };
     if let Some(cors) = action.edits.as_ref().and_then(|e| e.cors.as_ref()) {
         cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));

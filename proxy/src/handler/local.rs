@@ -211,6 +211,12 @@ fn https_location(host: &str, uri: &Uri, port: u16) -> String {
     }
 }
 
+/// The answer to a request over its Ingress's limits, with `--limit-req-status-code`.
+pub(crate) fn limited(status: u16) -> Response<RespBody> {
+    Local::Limited(StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE))
+        .response()
+}
+
 /// The local answer for a request that could not be delivered to `pool`: the error's status
 /// ([`Error::status`]) through the table.
 pub(crate) fn error_response(pool: &str, e: &Error) -> Response<RespBody> {

@@ -114,6 +114,10 @@ pub struct Limiter {
     hasher: std::collections::hash_map::RandomState,
 }
 
+/// A request over its Ingress's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverLimit;
+
 /// A request's place in `limit-connections`: released when dropped.
 #[derive(Debug)]
 pub struct InFlight<'a> {

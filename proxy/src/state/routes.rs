@@ -10,7 +10,7 @@ use sluice_config::behaviour::RateLimits;
 use sluice_config::{ClusterKey, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot};
 
 use crate::state::edits::{CanaryRule, Edits};
-use crate::state::limits::Limiter;
+use crate::state::limits::{InFlight, Limiter, OverLimit};
 use crate::telemetry::access::RouteSeen;
 use crate::telemetry::metrics::{Metrics, RouteStats};
 use crate::upstream::cluster::Cluster;
@@ -48,7 +48,9 @@ pub struct Action {
     pub max_body_size: Option<u64>,
     /// Wait for the response head (`proxy-read-timeout`), else `--request-timeout`.
     pub request_timeout: Option<std::time::Duration>,
-    /// `limit-rps`/`limit-rpm`/`limit-connections` of the route's Ingress.
+    /// `limit-rps`/`limit-rpm`/`limit-connections` of the route's Ingress. Both request
+    /// paths apply it (the direct one for clients that are not trusted proxies, whose address
+    /// needs no header).
     pub limiter: Option<Arc<Limiter>>,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
@@ -56,6 +58,18 @@ pub struct Action {
 }
 
 impl Action {
+    /// Admits a request from `ip` under the route's request limits: `Err` when it is over
+    /// them; the guard holds its place under `limit-connections` until dropped.
+    pub fn admit(&self, ip: std::net::IpAddr) -> Result<Option<InFlight<'_>>, OverLimit> {
+        match &self.limiter {
+            None => Ok(None),
+            Some(l) => l
+                .admit(ip, crate::clock::now_nanos())
+                .map(Some)
+                .ok_or(OverLimit),
+        }
+    }
+
     /// The action a request takes: the canary's when its rules select it, else this one.
     pub fn choose(&self, headers: &http::HeaderMap) -> &Action {
         match &self.canary {
@@ -159,7 +173,7 @@ fn compile_action(
     Action {
         target,
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
-        general_only: edits.is_some() || limiter.is_some(),
+        general_only: edits.is_some(),
         limiter,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
