@@ -42,6 +42,9 @@ pub struct RouteEdits {
     pub host_redirect: Option<String>,
     /// `limit-rps`, `limit-rpm`, `limit-connections`: per client address, per Ingress.
     pub limits: Option<RateLimits>,
+    /// `custom-http-errors`: upstream statuses answered by the route's `default-backend`
+    /// instead, sorted.
+    pub custom_errors: Vec<u16>,
 }
 
 /// ingress-nginx's request limits of one Ingress, per client address.

@@ -310,6 +310,9 @@ pub struct Route {
     pub options: RouteOptions,
     /// A canary Ingress for the same host and path (ingress-nginx's `canary` annotations).
     pub canary: Option<Box<crate::behaviour::Canary>>,
+    /// `default-backend`: where requests go when the route's pool has no endpoint, and where
+    /// `custom-http-errors` are served from.
+    pub fallback: Option<RouteAction>,
 }
 
 /// A host whose TLS connections go to a backend untouched (ingress-nginx's `ssl-passthrough`

@@ -482,3 +482,87 @@ async fn session_affinity_by_cookie() {
         }
     }
 }
+
+/// `default-backend` takes a route whose pool has no endpoint; `custom-http-errors` replaces
+/// the listed statuses with the default backend's page, asked for with ingress-nginx's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_backend_and_custom_errors() {
+    let (main, errors) = (backend("main").await, backend("errors").await);
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            service("svc-main"),
+            service("svc-errors"),
+            service("nobody"),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "eps.yaml",
+        &[
+            endpoint_slices("svc-main", &[main.addr]),
+            endpoint_slices("svc-errors", &[errors.addr]),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &[
+            annotated_ingress(
+                "pages",
+                "pages.test",
+                &[("/", "Prefix", "svc-main")],
+                &[
+                    (&k("default-backend"), "svc-errors"),
+                    (&k("custom-http-errors"), "404,503"),
+                ],
+            ),
+            annotated_ingress(
+                "empty",
+                "empty.test",
+                &[("/", "Prefix", "nobody")],
+                &[(&k("default-backend"), "svc-errors")],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let c = client();
+
+    let r = get(&c, http, "pages.test", "/").await.unwrap();
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("main")));
+    let r = get_with(
+        &c,
+        http,
+        "pages.test",
+        "/echo?status=503",
+        &[("accept", "application/json")],
+    )
+    .await;
+    assert_eq!((r.status.as_u16(), r.backend()), (503, Some("errors")));
+    let body = r.text();
+    for (name, want) in [
+        ("x-code", "503"),
+        ("x-original-uri", "/echo?status=503"),
+        ("x-namespace", "default"),
+        ("x-ingress-name", "pages"),
+        ("x-service-name", "svc-main"),
+        ("x-service-port", "80"),
+        ("x-format", "application/json"),
+        ("method", "GET"),
+    ] {
+        assert_eq!(echo_field(&body, name), Some(want), "{name} in {body}");
+    }
+    let r = get(&c, http, "pages.test", "/?status=500").await.unwrap();
+    assert_eq!(
+        (r.status.as_u16(), r.backend()),
+        (500, Some("main")),
+        "not listed"
+    );
+    // No endpoint behind the route: the default backend answers.
+    let r = get(&c, http, "empty.test", "/").await.unwrap();
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("errors")));
+}

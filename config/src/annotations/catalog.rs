@@ -143,8 +143,16 @@ pub const CATALOG: &[Entry] = &[
     e("cors-expose-headers", Honoured, ""),
     e("cors-max-age", Honoured, ""),
     e("custom-headers", Unsupported, NOT_YET),
-    e("custom-http-errors", Unsupported, NOT_YET),
-    e("default-backend", Unsupported, NOT_YET),
+    e(
+        "custom-http-errors",
+        Differs,
+        "served by the Ingress's default-backend annotation (sluice has no global default backend)",
+    ),
+    e(
+        "default-backend",
+        Honoured,
+        "a Service of the Ingress's namespace, its first port: used when the route's pool has no endpoint",
+    ),
     e("denylist-source-range", Honoured, RANGES),
     e(
         "enable-access-log",

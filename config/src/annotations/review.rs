@@ -96,6 +96,8 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(traffic::body_size(a).map(drop));
     note(traffic::read_timeout(a).map(drop));
     note(traffic::other_timeouts(a));
+    note(traffic::custom_errors(a).map(drop));
+    note(traffic::default_backend(a).map(drop));
     note(backends::canary(a).map(drop));
     note(backends::affinity(a).map(drop));
     note(access::source_ranges(a).map(drop));

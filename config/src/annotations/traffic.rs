@@ -151,6 +151,46 @@ pub fn upstream_vhost(a: &BTreeMap<String, String>) -> Result<Option<String>, An
     Ok(Some(v.to_ascii_lowercase()))
 }
 
+/// `custom-http-errors`: a comma-separated list of statuses from 400 to 599.
+pub fn custom_errors(a: &BTreeMap<String, String>) -> Result<Vec<u16>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("custom-http-errors")) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for code in v.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        match code.parse::<u16>() {
+            Ok(c) if (400..=599).contains(&c) => out.push(c),
+            _ => {
+                return Err(AnnotationError {
+                    name,
+                    message: format!("{code:?} is not a status from 400 to 599"),
+                });
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// `default-backend`: the name of a Service in the Ingress's namespace.
+pub fn default_backend(a: &BTreeMap<String, String>) -> Result<Option<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("default-backend")) else {
+        return Ok(None);
+    };
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !ok {
+        return Err(AnnotationError {
+            name,
+            message: format!("{v:?} is not a Service name"),
+        });
+    }
+    Ok(Some(v.to_string()))
+}
+
 /// An nginx size: a number with an optional `k`, `m` or `g` suffix (any case). `0` means no
 /// limit, returned as `u64::MAX`.
 pub fn nginx_size(v: &str) -> Option<u64> {
@@ -361,6 +401,24 @@ mod tests {
             Some("/api")
         );
         assert!(forwarded_prefix(&ann(&[("x-forwarded-prefix", "a\nb")])).is_err());
+    }
+
+    #[test]
+    fn error_pages_and_default_backends() {
+        assert_eq!(custom_errors(&ann(&[])).unwrap(), Vec::<u16>::new());
+        assert_eq!(
+            custom_errors(&ann(&[("custom-http-errors", "503, 404,404")])).unwrap(),
+            [404, 503]
+        );
+        assert!(custom_errors(&ann(&[("custom-http-errors", "200")])).is_err());
+        assert!(custom_errors(&ann(&[("custom-http-errors", "5xx")])).is_err());
+        assert_eq!(
+            default_backend(&ann(&[("default-backend", "errors")]))
+                .unwrap()
+                .as_deref(),
+            Some("errors")
+        );
+        assert!(default_backend(&ann(&[("default-backend", "other/errors")])).is_err());
     }
 
     #[test]

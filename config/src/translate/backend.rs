@@ -369,6 +369,60 @@ fn cluster_ip(svc: &Service, port: u16) -> Option<EndpointSpec> {
     })
 }
 
+/// The Ingress's `default-backend` annotation resolved to a pool (the Service's first port);
+/// `None` without the annotation. Problems are reported and give `None`.
+pub(super) fn fallback(
+    backends: &mut Resolver<'_>,
+    ing: &Ingress,
+    src: &ObjectRef,
+    pool: &PoolAnnotations,
+    p: &mut Problems,
+) -> Option<RouteAction> {
+    use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort};
+    let empty = BTreeMap::new();
+    let ann = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+    let name = match annotations::traffic::default_backend(ann) {
+        Ok(n) => n?,
+        Err(e) => {
+            p.invalid_annotation(src, &e);
+            return None;
+        }
+    };
+    let field = "metadata.annotations[nginx.ingress.kubernetes.io/default-backend]";
+    let port = backends
+        .world
+        .services
+        .get(&(src.namespace.clone(), name.clone()))
+        .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
+    let Some(port) = port else {
+        p.report(
+            Severity::Warning,
+            "ServiceNotFound",
+            src,
+            field,
+            format!(
+                "default-backend: Service {}/{name} not found or without ports; ignored",
+                src.namespace
+            ),
+        );
+        return None;
+    };
+    let backend = IngressBackend {
+        resource: None,
+        service: Some(IngressServiceBackend {
+            name,
+            port: Some(ServiceBackendPort {
+                name: None,
+                number: Some(port),
+            }),
+        }),
+    };
+    match backends.resolve(src, field, &backend, pool, p) {
+        RouteAction::Cluster(k) => Some(RouteAction::Cluster(k)),
+        RouteAction::Unavailable(_) => None,
+    }
+}
+
 /// Sets a pool's value from the first (oldest) Ingress that asks for it; a later Ingress that
 /// asks for something else is told it was ignored.
 fn first_wins<T: PartialEq + std::fmt::Debug>(

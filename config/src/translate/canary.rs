@@ -148,6 +148,7 @@ pub(super) fn www_redirects(
             source,
             options,
             canary: None,
+            fallback: None,
         };
         hosts.insert(host, BTreeMap::from([(path, route)]));
     }

@@ -247,6 +247,16 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let www = options::www_redirect(ing, &src, &mut problems);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let locked = options::fail_closed(ing, &src, &mut problems);
+        let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems);
+        if fallback.is_none() && !options.edits.custom_errors.is_empty() {
+            problems.report(
+                Severity::Warning,
+                "CustomErrorsWithoutBackend",
+                &src,
+                "metadata.annotations[nginx.ingress.kubernetes.io/custom-http-errors]",
+                "ignored: sluice has no global default backend; set the default-backend annotation to the Service that serves the error pages",
+            );
+        }
         if locked.is_none() {
             passthrough::collect(
                 ing,
@@ -290,6 +300,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         ..options.clone()
                     },
                     canary: None,
+                    fallback: fallback.clone(),
                 });
             }
         }
@@ -413,6 +424,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         source: src.clone(),
                         options: route_opts,
                         canary: None,
+                        fallback: fallback.clone(),
                     },
                 );
             }

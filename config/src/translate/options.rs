@@ -182,6 +182,7 @@ pub(super) fn route_options(
         cors: access::cors(ann).ok().flatten(),
         host_redirect: None,
         limits: access::rate_limits(ann).ok().flatten(),
+        custom_errors: or_default(traffic::custom_errors(ann), src, p),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -12,9 +12,9 @@ use sluice_config::request_path;
 use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
 use tokio::io::AsyncWriteExt;
 
-use crate::handler::ConnInfo;
 use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
 use crate::handler::rules::ResponseRules;
+use crate::handler::{ConnInfo, errors};
 use crate::io::activity::{Activity, Watched};
 use crate::state::dataplane::DataPlane;
 use crate::state::edits::Edits;
@@ -282,16 +282,18 @@ async fn route(
             return r;
         }
     }
-    let cluster = match &action.target {
-        Target::Unavailable(why) => {
-            return Local::Failed {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                pool: "-",
-                why,
-            }
-            .response();
+    // The route's pool, or the Ingress's default backend when that pool is gone or empty.
+    let Some(cluster) = errors::pool_for(action) else {
+        let why: &(dyn std::fmt::Display + Sync) = match &action.target {
+            Target::Unavailable(why) => why,
+            Target::Cluster(_) => &"no pool",
+        };
+        return Local::Failed {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            pool: "-",
+            why,
         }
-        Target::Cluster(c) => c,
+        .response();
     };
     let s = &dp.settings;
     let edits = action.edits.as_deref();
@@ -302,6 +304,9 @@ async fn route(
     {
         return Local::BodyTooLarge(max_body_size).response();
     }
+    let original = edits
+        .filter(|e| !e.custom_errors.is_empty() && action.fallback.is_some())
+        .map(|_| errors::Original::of(req.headers(), req.uri()));
     let (mut parts, body) = req.into_parts();
     let h2_up = cluster.protocol == UpstreamProtocol::H2c;
     let upgrade = !h2_up
@@ -386,6 +391,12 @@ async fn route(
         let guard = conn.slot.as_ref().map(crate::handler::Slot::tunnel);
         tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout, guard));
         return Response::from_parts(rparts, RespBody::empty());
+    }
+    if let Some(original) = original
+        && errors::intercepts(action, cluster, rparts.status)
+    {
+        // `custom-http-errors`: the default backend's page replaces the answer.
+        return errors::page(action, conn, rparts.status, original, request_timeout).await;
     }
     hop::strip(&mut rparts.headers, false);
     if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {

@@ -7,6 +7,7 @@
 
 mod conn;
 pub(crate) mod direct;
+mod errors;
 pub mod general;
 pub(crate) mod local;
 pub(crate) mod respond;

@@ -31,6 +31,8 @@ pub struct Edits {
     pub cors: Option<Cors>,
     /// `from-to-www-redirect`: the host this twin host redirects to.
     pub host_redirect: Option<String>,
+    /// `custom-http-errors`: upstream statuses replaced by the default backend's answer.
+    pub custom_errors: Vec<u16>,
 }
 
 /// CORS, compiled: header values checked once.
@@ -198,6 +200,7 @@ impl Edits {
             source_ranges: e.source_ranges.clone(),
             cors: e.cors.as_ref().and_then(Cors::compile),
             host_redirect: e.host_redirect.clone(),
+            custom_errors: e.custom_errors.clone(),
         }))
     }
 

@@ -48,6 +48,9 @@ pub struct Action {
     pub max_body_size: Option<u64>,
     /// Wait for the response head (`proxy-read-timeout`), else `--request-timeout`.
     pub request_timeout: Option<std::time::Duration>,
+    /// `default-backend`: the pool used when the route's has no endpoint, and that serves
+    /// `custom-http-errors`.
+    pub fallback: Option<Arc<Cluster>>,
     /// `limit-rps`/`limit-rpm`/`limit-connections` of the route's Ingress. Both request
     /// paths apply it (the direct one for clients that are not trusted proxies, whose address
     /// needs no header).
@@ -128,7 +131,7 @@ fn compile_route(r: &Route, cx: &mut Compiling<'_>) -> Action {
         side.general_only = true;
         Some(Box::new((rule, side)))
     });
-    action.general_only |= action.canary.is_some();
+    action.general_only |= action.canary.is_some() || action.fallback.is_some();
     action
 }
 
@@ -174,6 +177,10 @@ fn compile_action(
         target,
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
         general_only: edits.is_some(),
+        fallback: match &r.fallback {
+            Some(RouteAction::Cluster(k)) => clusters.get(k).cloned(),
+            _ => None,
+        },
         limiter,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,

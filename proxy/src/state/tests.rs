@@ -55,6 +55,7 @@ fn route(kind: PathKind, path: &str, service: &str) -> Route {
         source: ObjectRef::new("Ingress", "ns", "ing"),
         options: RouteOptions::default(),
         canary: None,
+        fallback: None,
     }
 }
 
