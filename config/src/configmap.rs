@@ -195,6 +195,7 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
                 .get("hsts-include-subdomains")
                 .and_then(|v| bool_value(v))
                 .unwrap_or(true),
+            preload: data.get("hsts-preload").and_then(|v| bool_value(v)) == Some(true),
         });
     }
     for key in data.keys() {
@@ -254,7 +255,8 @@ mod tests {
             s.hsts,
             Some(Hsts {
                 max_age: 600,
-                include_subdomains: true
+                include_subdomains: true,
+                preload: false
             })
         );
         assert!(a.invalid.is_empty(), "{:?}", a.invalid);

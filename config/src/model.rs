@@ -231,6 +231,8 @@ pub struct Hsts {
     pub max_age: u64,
     /// Whether `includeSubDomains` is sent.
     pub include_subdomains: bool,
+    /// Whether `preload` is sent.
+    pub preload: bool,
 }
 
 /// When a failed attempt is tried again on another endpoint (ingress-nginx's

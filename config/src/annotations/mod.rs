@@ -229,11 +229,13 @@ pub fn hsts(a: &BTreeMap<String, String>) -> Result<Option<Hsts>, AnnotationErro
         return Ok(Some(Hsts {
             max_age: 31_536_000,
             include_subdomains: false,
+            preload: false,
         }));
     }
     let mut out = Hsts {
         max_age: 0,
         include_subdomains: false,
+        preload: false,
     };
     let mut saw_max_age = false;
     for part in v.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -245,6 +247,8 @@ pub fn hsts(a: &BTreeMap<String, String>) -> Result<Option<Hsts>, AnnotationErro
             saw_max_age = true;
         } else if part.eq_ignore_ascii_case("includeSubDomains") {
             out.include_subdomains = true;
+        } else if part.eq_ignore_ascii_case("preload") {
+            out.preload = true;
         } else {
             return Err(AnnotationError {
                 name: HSTS,
@@ -291,7 +295,8 @@ mod tests {
             hsts(&ann(HSTS, "max-age=600; includeSubDomains")),
             Ok(Some(Hsts {
                 max_age: 600,
-                include_subdomains: true
+                include_subdomains: true,
+                preload: false
             }))
         );
         assert!(hsts(&ann(HSTS, "includeSubDomains")).is_err());

@@ -151,7 +151,7 @@ mod tests {
         let a: BTreeMap<String, String> = [
             ("nginx.ingress.kubernetes.io/rewrite-target", "/$1"),
             ("nginx.ingress.kubernetes.io/proxy-buffering", "off"),
-            ("nginx.ingress.kubernetes.io/custom-http-errors", "404"),
+            ("nginx.ingress.kubernetes.io/mirror-host", "mirror.test"),
             (
                 "nginx.ingress.kubernetes.io/configuration-snippet",
                 "more_set_headers x;",
@@ -180,8 +180,8 @@ mod tests {
             [
                 ("auth-url", "fails closed"),
                 ("configuration-snippet", "refused"),
-                ("custom-http-errors", "unsupported"),
                 ("made-up", "unsupported"),
+                ("mirror-host", "unsupported"),
                 ("proxy-body-size", "invalid"),
                 ("proxy-buffering", "differs"),
                 ("rewrite-target", "honoured"),

@@ -158,11 +158,13 @@ fn compile_action(
         ),
     };
     let hsts = r.options.hsts.and_then(|h| {
-        let v = if h.include_subdomains {
-            format!("max-age={}; includeSubDomains", h.max_age)
-        } else {
-            format!("max-age={}", h.max_age)
-        };
+        let mut v = format!("max-age={}", h.max_age);
+        if h.include_subdomains {
+            v.push_str("; includeSubDomains");
+        }
+        if h.preload {
+            v.push_str("; preload");
+        }
         HeaderValue::from_str(&v).ok()
     });
     let edits = Edits::compile(&r.options.edits, &r.path);
