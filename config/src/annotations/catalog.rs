@@ -379,7 +379,7 @@ pub const CATALOG: &[Entry] = &[
         name: "hsts",
         nginx: false,
         support: Honoured,
-        note: "sluice.dev/ only: max-age=N[; includeSubDomains] or true",
+        note: "sluice.dev/ only: max-age=N[; includeSubDomains][; preload] or true",
     },
     Entry {
         name: "upstream-max-connections",

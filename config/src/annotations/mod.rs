@@ -37,7 +37,7 @@ pub const BACKEND_PROTOCOL: [&str; 2] = [
     "sluice.dev/backend-protocol",
     "nginx.ingress.kubernetes.io/backend-protocol",
 ];
-/// `max-age=N[; includeSubDomains]`, or `"true"` for one year.
+/// `max-age=N[; includeSubDomains][; preload]`, or `"true"` for one year.
 pub const HSTS: &str = "sluice.dev/hsts";
 /// `least_request` (sluice's default), `round_robin` or `ewma`: the pool's balancing policy.
 pub const LOAD_BALANCE: [&str; 2] = [
@@ -300,6 +300,10 @@ mod tests {
             }))
         );
         assert!(hsts(&ann(HSTS, "includeSubDomains")).is_err());
+        assert_eq!(
+            hsts(&ann(HSTS, "max-age=60; preload")).map(|h| h.map(|h| h.preload)),
+            Ok(Some(true))
+        );
         assert_eq!(hsts(&BTreeMap::new()), Ok(None));
     }
 
