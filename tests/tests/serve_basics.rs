@@ -295,3 +295,63 @@ async fn problems_metric(c: &Client<HttpConnector, Empty<Bytes>>, admin: SocketA
         .and_then(|v| v.parse().ok())
         .unwrap()
 }
+
+/// An EndpointSlice-only file change in `serve` mode takes the endpoints fast path: the new
+/// pod gets traffic, no translation runs (the generation stays), and a load across the change
+/// sees no failure; a change to anything else still applies in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_file_changes_take_the_fast_path() {
+    let (a, b) = (backend("a").await, backend("b").await);
+    let m = Manifests::new();
+    m.write(
+        "app.yaml",
+        &[
+            ingress_class(),
+            service("svc"),
+            ingress("web", "fast.test", &[("/", "Prefix", "svc")]),
+        ]
+        .join("---\n"),
+    );
+    m.write("eps.yaml", &endpoint_slices("svc", &[a.addr]));
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let generation = s.running.dp.generation();
+    let load = Load::start(http, "fast.test", 4, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    m.write("eps.yaml", &endpoint_slices("svc", &[b.addr]));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            get(&client(), http, "fast.test", "/")
+                .await
+                .is_ok_and(|r| r.backend() == Some("b"))
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = load.finish().await;
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    assert_eq!(
+        s.running.dp.generation(),
+        generation,
+        "an endpoints-only change applies without a translation"
+    );
+    // A Service change is not endpoints-only: a full apply.
+    m.write(
+        "app.yaml",
+        &[
+            ingress_class(),
+            service("svc"),
+            ingress("web", "other.test", &[("/", "Prefix", "svc")]),
+        ]
+        .join("---\n"),
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            get(&client(), http, "other.test", "/")
+                .await
+                .is_ok_and(|r| r.backend() == Some("b"))
+        })
+        .await
+    );
+    assert!(s.running.dp.generation() > generation);
+}

@@ -53,7 +53,10 @@ impl FileProvider {
     }
 
     /// Re-reads the files and applies the result. File errors keep the file's last good objects.
+    /// A change of EndpointSlices alone swaps the endpoints of the pools of the Services it
+    /// touched (no translation), as the controller's fast path does.
     pub fn reload(&mut self) -> anyhow::Result<ApplyOutcome> {
+        let seen = Instant::now();
         let r = self
             .set
             .reload(&self.paths)
@@ -71,7 +74,15 @@ impl FileProvider {
                 .map(ToString::to_string)
                 .collect(),
         );
-        let snapshot = translate(&self.set.world(), &self.opts);
+        let world = self.set.world();
+        if r.slices_only
+            && !r.touched_services.is_empty()
+            && r.errors.is_empty()
+            && self.endpoints_only(&world, &r.touched_services, seen)
+        {
+            return Ok(ApplyOutcome::Unchanged);
+        }
+        let snapshot = translate(&world, &self.opts);
         let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
         for p in now.difference(&self.reported) {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
@@ -94,6 +105,30 @@ impl FileProvider {
             );
         }
         Ok(outcome)
+    }
+
+    /// The endpoints fast path: new endpoint sets for the pools of `services` in the current
+    /// snapshot. `false` (nothing or only part done) sends the change through a full apply.
+    fn endpoints_only(
+        &self,
+        world: &sluice_config::World,
+        services: &BTreeSet<(String, String)>,
+        seen: Instant,
+    ) -> bool {
+        let Some(current) = self.dp.current() else {
+            return false;
+        };
+        let pools: Vec<_> = current
+            .clusters()
+            .values()
+            .filter(|c| !c.service_upstream)
+            .filter(|c| services.contains(&(c.key.namespace.clone(), c.key.service.clone())))
+            .map(|c| &c.key)
+            .collect();
+        pools.into_iter().all(|key| {
+            sluice_config::translate::cluster_endpoints(world, key)
+                .is_some_and(|eps| self.dp.update_endpoints(key, &eps, Some(seen)))
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 //! and a [`YamlSet`] that keeps each file's last good objects when a new version of it fails
 //! to parse, and remembers what is wrong with each file until the file is fixed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -331,6 +331,36 @@ pub struct Reload {
     pub warnings: Vec<DocError>,
     /// Files that disappeared.
     pub removed: usize,
+    /// Whether every object that changed (before and after, in every changed or removed file)
+    /// is an EndpointSlice: then only the pools of [`Reload::touched_services`] need new
+    /// endpoints, as the controller's fast path does.
+    pub slices_only: bool,
+    /// `(namespace, service)` of every EndpointSlice that changed.
+    pub touched_services: BTreeSet<(String, String)>,
+}
+
+impl Reload {
+    /// Notes objects that went away or arrived.
+    fn touch(&mut self, objects: &[Object]) {
+        for o in objects {
+            match o {
+                Object::EndpointSlice(s) => {
+                    if let Some(svc) = s
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(sluice_config::world::SERVICE_NAME_LABEL))
+                    {
+                        self.touched_services.insert((
+                            s.metadata.namespace.clone().unwrap_or_default(),
+                            svc.clone(),
+                        ));
+                    }
+                }
+                _ => self.slices_only = false,
+            }
+        }
+    }
 }
 
 /// The objects of every manifest file, keeping the last good version of each file.
@@ -354,7 +384,10 @@ impl YamlSet {
     /// Re-reads the files; only files whose content changed are parsed again.
     pub fn reload(&mut self, paths: &[PathBuf]) -> std::io::Result<Reload> {
         let files = discover(paths)?;
-        let mut r = Reload::default();
+        let mut r = Reload {
+            slices_only: true,
+            ..Reload::default()
+        };
         let mut seen: HashMap<PathBuf, ()> = HashMap::new();
         for f in files {
             seen.insert(f.clone(), ());
@@ -388,6 +421,8 @@ impl YamlSet {
                 Ok(parsed) => {
                     r.parsed += 1;
                     r.warnings.extend(parsed.warnings.iter().cloned());
+                    r.touch(&state.objects);
+                    r.touch(&parsed.objects);
                     state.objects = parsed.objects;
                     state.warnings = parsed.warnings;
                     state.error = None;
@@ -399,6 +434,9 @@ impl YamlSet {
             }
         }
         let before = self.files.len();
+        for (_, gone) in self.files.iter().filter(|(p, _)| !seen.contains_key(*p)) {
+            r.touch(&gone.objects);
+        }
         self.files.retain(|p, _| seen.contains_key(p));
         r.removed = before - self.files.len();
         Ok(r)
@@ -522,5 +560,43 @@ mod tests {
         set.reload(&roots).unwrap();
         assert!(set.problems().is_empty());
         assert_eq!(set.world().services.len(), 1);
+    }
+
+    /// What changed decides the path: EndpointSlices alone (changed, added or removed) name
+    /// their Services for the endpoints fast path; anything else needs a full translation.
+    #[test]
+    fn a_reload_says_whether_only_endpoint_slices_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (svc, eps) = (dir.path().join("svc.yaml"), dir.path().join("eps.yaml"));
+        let slice = |ip: &str| {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  namespace: shop\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{{addresses: [\"{ip}\"]}}]\n"
+            )
+        };
+        std::fs::write(&svc, "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}]}\n").unwrap();
+        std::fs::write(&eps, slice("10.0.0.1")).unwrap();
+        let roots = [dir.path().to_path_buf()];
+        let mut set = YamlSet::new();
+        assert!(
+            !set.reload(&roots).unwrap().slices_only,
+            "the first load has a Service"
+        );
+        std::fs::write(&eps, slice("10.0.0.2")).unwrap();
+        let r = set.reload(&roots).unwrap();
+        assert!(r.slices_only);
+        assert_eq!(
+            r.touched_services.into_iter().collect::<Vec<_>>(),
+            [("shop".to_string(), "web".to_string())]
+        );
+        let r = set.reload(&roots).unwrap();
+        assert!(r.touched_services.is_empty(), "nothing changed");
+        std::fs::remove_file(&eps).unwrap();
+        let r = set.reload(&roots).unwrap();
+        assert!(
+            r.slices_only && r.touched_services.len() == 1,
+            "a removed slice file"
+        );
+        std::fs::write(&svc, "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 8080}]}\n").unwrap();
+        assert!(!set.reload(&roots).unwrap().slices_only);
     }
 }
