@@ -74,15 +74,18 @@ impl FileProvider {
                 .map(ToString::to_string)
                 .collect(),
         );
-        let world = self.set.world();
         if r.slices_only
             && !r.touched_services.is_empty()
             && r.errors.is_empty()
-            && self.endpoints_only(&world, &r.touched_services, seen)
+            && self.endpoints_only(
+                &self.set.endpoints_world(&r.touched_services),
+                &r.touched_services,
+                seen,
+            )
         {
             return Ok(ApplyOutcome::Unchanged);
         }
-        let snapshot = translate(&world, &self.opts);
+        let snapshot = translate(&self.set.world(), &self.opts);
         let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
         for p in now.difference(&self.reported) {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
