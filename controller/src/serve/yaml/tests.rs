@@ -155,20 +155,18 @@ fn unchanged_files_are_not_read_but_recent_writes_always_are() {
     // An old file is skipped by its stamp: even a swapped content with the same length and
     // modification time (which no editor produces) is not read.
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-    std::fs::File::options()
-        .write(true)
-        .open(&f)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    let age = || {
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(old)
+            .unwrap()
+    };
+    age();
     set.reload(&roots).unwrap();
     std::fs::write(&f, svc(82)).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&f)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    age();
     assert_eq!(set.reload(&roots).unwrap().parsed, 0);
     // Any real write moves the modification time: read again.
     std::fs::write(&f, svc(83)).unwrap();
