@@ -85,6 +85,14 @@ async fn redirects_rewrites_and_request_edits() {
             "/",
             &[("temporal-redirect", "http://elsewhere.test/")],
         ),
+        (
+            "temp-code",
+            "/",
+            &[
+                ("temporal-redirect", "http://elsewhere.test/"),
+                ("temporal-redirect-code", "307"),
+            ],
+        ),
         ("approot", "/", &[("app-root", "/foo")]),
         (
             "rewrite",
@@ -149,6 +157,8 @@ async fn redirects_rewrites_and_request_edits() {
     let r = get(&c, http, "temp.test", "/x").await.unwrap();
     assert_eq!(r.status, 302);
     assert_eq!(r.headers["location"], "http://elsewhere.test/");
+    let r = get(&c, http, "temp-code.test", "/x").await.unwrap();
+    assert_eq!(r.status, 307);
 
     // app-root: only `/` is redirected, with the client's host and port, as ingress-nginx's
     // `return 302 $scheme://$http_host/foo`.
@@ -356,6 +366,56 @@ async fn canaries_by_header_cookie_and_weight_and_a_weight_changed_under_load() 
         to_main + to_canary
     );
     assert!((27.0..=33.0).contains(&share), "canary share {share:.2}%");
+
+    // By header value, then by header pattern (other values fall through to the weight, 0 of
+    // a total of 1,000 here); weight-total 1,000 with weight 1,000 sends everything.
+    let rules = |extra: &[(&str, &str)]| {
+        let keys: Vec<(String, String)> =
+            extra.iter().map(|(a, v)| (k(a), v.to_string())).collect();
+        let mut ann: Vec<(&str, &str)> =
+            keys.iter().map(|(a, v)| (a.as_str(), v.as_str())).collect();
+        let canary = k("canary");
+        ann.push((&canary, "true"));
+        annotated_ingress("canary", "app.test", &[("/", "Prefix", "svc-canary")], &ann)
+    };
+    let to = |headers: &'static [(&'static str, &'static str)], want: &'static str| async move {
+        // Twenty in a row, so that the weight of the previous rules (30%) cannot pass it.
+        eventually(Duration::from_secs(5), || async {
+            let c = client();
+            for _ in 0..20 {
+                if get_with(&c, http, "app.test", "/", headers).await.backend() != Some(want) {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    };
+    m.write(
+        "canary.yaml",
+        &rules(&[
+            ("canary-by-header", "X-Version"),
+            ("canary-by-header-value", "v2"),
+            ("canary-weight", "0"),
+            ("canary-weight-total", "1000"),
+        ]),
+    );
+    assert!(to(&[("x-version", "v2")], "canary").await);
+    assert!(to(&[("x-version", "v3")], "main").await);
+    m.write(
+        "canary.yaml",
+        &rules(&[
+            ("canary-by-header", "X-User"),
+            ("canary-by-header-pattern", "^beta-"),
+        ]),
+    );
+    assert!(to(&[("x-user", "beta-7")], "canary").await);
+    assert!(to(&[("x-user", "gamma")], "main").await);
+    m.write(
+        "canary.yaml",
+        &rules(&[("canary-weight", "1000"), ("canary-weight-total", "1000")]),
+    );
+    assert!(to(&[], "canary").await);
 }
 
 /// In `serve` mode the controller ConfigMap is one of the manifests; editing its file applies.
