@@ -111,6 +111,7 @@ async fn redirects_rewrites_and_request_edits() {
             ],
         ),
         ("force", "/", &[("force-ssl-redirect", "true")]),
+        ("aliased", "/", &[("server-alias", "nickname.test")]),
         ("www.twin", "/", &[("from-to-www-redirect", "true")]),
         ("www.plain", "/", &[("from-to-www-redirect", "true")]),
         ("plain", "/", &[]),
@@ -243,6 +244,10 @@ async fn redirects_rewrites_and_request_edits() {
     );
     let r = get(&c, http, "plain.test", "/").await.unwrap();
     assert_eq!(r.status, 200);
+
+    // server-alias: the alias serves the Ingress's rules.
+    let r = get(&c, http, "nickname.test", "/x").await.unwrap();
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("a")));
 
     // from-to-www-redirect: the bare twin redirects to the Ingress's host, unless another
     // Ingress defines the twin (plain.test is served, not redirected).

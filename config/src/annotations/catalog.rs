@@ -309,7 +309,11 @@ pub const CATALOG: &[Entry] = &[
         "captures $1..$9; the host's paths become regular expressions, as in ingress-nginx",
     ),
     e("satisfy", FailsClosed, ACCESS),
-    e("server-alias", Unsupported, NOT_YET),
+    e(
+        "server-alias",
+        Honoured,
+        "the Ingress's rules also serve these hosts, unless an Ingress defines one; no certificate is added",
+    ),
     e("server-snippet", Refused, SNIPPET),
     e(
         "service-upstream",

@@ -97,6 +97,7 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(traffic::read_timeout(a).map(drop));
     note(traffic::other_timeouts(a));
     note(traffic::custom_errors(a).map(drop));
+    note(traffic::server_aliases(a).map(drop));
     note(traffic::default_backend(a).map(drop));
     note(backends::canary(a).map(drop));
     note(backends::affinity(a).map(drop));

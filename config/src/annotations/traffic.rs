@@ -191,6 +191,24 @@ pub fn default_backend(a: &BTreeMap<String, String>) -> Result<Option<String>, A
     Ok(Some(v.to_string()))
 }
 
+/// `server-alias`: comma-separated host names that serve the same rules.
+pub fn server_aliases(a: &BTreeMap<String, String>) -> Result<Vec<String>, AnnotationError> {
+    let Some((name, v)) = first(a, &both!("server-alias")) else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| match crate::host::parse_rule_host(h) {
+            Ok(crate::model::HostMatch::Exact(h)) => Ok(h),
+            _ => Err(AnnotationError {
+                name,
+                message: format!("{h:?} is not a host name (wildcards are not aliases)"),
+            }),
+        })
+        .collect()
+}
+
 /// An nginx size: a number with an optional `k`, `m` or `g` suffix (any case). `0` means no
 /// limit, returned as `u64::MAX`.
 pub fn nginx_size(v: &str) -> Option<u64> {
@@ -419,6 +437,16 @@ mod tests {
             Some("errors")
         );
         assert!(default_backend(&ann(&[("default-backend", "other/errors")])).is_err());
+    }
+
+    #[test]
+    fn server_aliases_are_exact_hosts() {
+        assert_eq!(
+            server_aliases(&ann(&[("server-alias", "A.test, b.test")])).unwrap(),
+            ["a.test", "b.test"]
+        );
+        assert!(server_aliases(&ann(&[("server-alias", "*.a.test")])).is_err());
+        assert!(server_aliases(&ann(&[("server-alias", "a b")])).is_err());
     }
 
     #[test]

@@ -153,3 +153,21 @@ pub(super) fn www_redirects(
         hosts.insert(host, BTreeMap::from([(path, route)]));
     }
 }
+
+/// `server-alias`: each alias serves a copy of its host's routes, unless an Ingress defines
+/// the alias as a host (ingress-nginx ignores such an alias). The first alias of a name wins.
+pub(super) fn aliases(
+    hosts: &mut BTreeMap<HostMatch, BTreeMap<PathMatch, Route>>,
+    alias_of: Vec<(String, String)>,
+) {
+    let defined: std::collections::BTreeSet<HostMatch> = hosts.keys().cloned().collect();
+    for (alias, target) in alias_of {
+        let alias = HostMatch::Exact(alias);
+        if defined.contains(&alias) || hosts.contains_key(&alias) {
+            continue;
+        }
+        if let Some(routes) = hosts.get(&HostMatch::Exact(target)).cloned() {
+            hosts.insert(alias, routes);
+        }
+    }
+}

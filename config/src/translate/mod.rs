@@ -219,6 +219,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let mut passthrough: BTreeMap<String, crate::model::Passthrough> = BTreeMap::new();
     let mut regex_hosts = std::collections::BTreeSet::new();
     let mut twins = Vec::new();
+    let mut alias_of: Vec<(String, String)> = Vec::new();
     let mut written: BTreeMap<(HostMatch, PathMatch), (String, String)> = BTreeMap::new();
 
     for ing in &ours {
@@ -245,6 +246,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let options = options::route_options(ing, &src, &settings, &mut problems);
         let regex = options::wants_regex(ing);
         let www = options::www_redirect(ing, &src, &mut problems);
+        let aliases = options::server_aliases(ing, &src, &mut problems);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let locked = options::fail_closed(ing, &src, &mut problems);
         let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems);
@@ -382,6 +384,11 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 if regex {
                     regex_hosts.insert(host.clone());
                 }
+                if let HostMatch::Exact(h) = &host {
+                    for a in &aliases {
+                        alias_of.push((a.clone(), h.clone()));
+                    }
+                }
                 if let (true, HostMatch::Exact(h)) = (www, &host) {
                     twins.push((canary::www_twin(h), h.clone(), src.clone(), options.clone()));
                 }
@@ -440,6 +447,8 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
             hosts.insert(host.clone(), routes);
         }
     }
+    // After the regex rewrite, so that an alias serves its host's routes as they match.
+    canary::aliases(&mut hosts, alias_of);
     let virtual_hosts = hosts
         .into_iter()
         .filter(|(_, routes)| !routes.is_empty())

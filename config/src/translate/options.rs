@@ -153,6 +153,11 @@ pub(super) fn www_redirect(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> 
     .unwrap_or(false)
 }
 
+/// The Ingress's `server-alias` hosts.
+pub(super) fn server_aliases(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Vec<String> {
+    or_default(traffic::server_aliases(annotations_of(ing)), src, p)
+}
+
 /// Per-Ingress options from annotations; invalid annotations are reported and ignored.
 pub(super) fn route_options(
     ing: &Ingress,

@@ -276,3 +276,27 @@ fn service_upstream_uses_the_cluster_ip() {
     assert_eq!(eps("headless"), ["10.1.0.1:9000"]);
     assert!(reasons(&s).contains(&"NoClusterIP"));
 }
+
+/// `server-alias`: the alias serves the host's routes (regex ones as they match), unless an
+/// Ingress defines the alias host.
+#[test]
+fn server_aliases_serve_the_same_routes() {
+    let mut w = base_world();
+    w.put_ingress(annotated(
+        simple(
+            "main",
+            "main.test",
+            &[("/api(/|$)(.*)", "ImplementationSpecific", "a")],
+        ),
+        &[
+            ("server-alias", "alias.test, taken.test"),
+            ("use-regex", "true"),
+        ],
+    ));
+    w.put_ingress(simple("taken", "taken.test", &[("/", "Prefix", "b")]));
+    let s = translate(&w, &opts());
+    assert_eq!(hit(&s, "alias.test", "/API/x"), Some("a".into()));
+    assert_eq!(hit(&s, "main.test", "/api"), Some("a".into()));
+    assert_eq!(hit(&s, "taken.test", "/api/x"), Some("b".into()));
+    assert_eq!(hit(&s, "alias.test", "/other"), None);
+}
