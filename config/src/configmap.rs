@@ -7,35 +7,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::annotations::catalog::Support;
+use crate::annotations::catalog::{self, Entry, Support, e as k};
 use crate::annotations::traffic::nginx_size;
 use crate::model::{Hsts, Settings};
-
-/// One ConfigMap key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    /// The key.
-    pub name: &'static str,
-    /// What sluice does.
-    pub support: Support,
-    /// How, or why not.
-    pub note: &'static str,
-}
-
-const fn k(name: &'static str, support: Support, note: &'static str) -> Key {
-    Key {
-        name,
-        support,
-        note,
-    }
-}
 
 use Support::{Differs, Honoured, Unsupported};
 
 const FLAG: &str = "connection-level: set with sluice's flag at start";
 
 /// The keys users set most, sorted.
-pub const KEYS: &[Key] = &[
+pub const KEYS: &[Entry] = &[
     k(
         "allow-snippet-annotations",
         Differs,
@@ -108,16 +89,7 @@ pub const KEYS: &[Key] = &[
 
 /// The README's table of ConfigMap keys, from [`KEYS`].
 pub fn markdown_table() -> String {
-    let mut out = String::from("| ConfigMap key | sluice | notes |\n|---|---|---|\n");
-    for k in KEYS {
-        out.push_str(&format!(
-            "| `{}` | {} | {} |\n",
-            k.name,
-            k.support.word(),
-            k.note
-        ));
-    }
-    out
+    catalog::table("ConfigMap key", KEYS.iter(), |k| format!("`{}`", k.name))
 }
 
 /// What the ConfigMap changed, and what it reported.

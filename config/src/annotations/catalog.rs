@@ -54,7 +54,8 @@ pub struct Entry {
     pub note: &'static str,
 }
 
-const fn e(name: &'static str, support: Support, note: &'static str) -> Entry {
+/// An entry ingress-nginx has (the ConfigMap's key table uses it too).
+pub(crate) const fn e(name: &'static str, support: Support, note: &'static str) -> Entry {
     Entry {
         name,
         nginx: true,
@@ -418,18 +419,23 @@ pub fn lookup(key: &str) -> Option<Result<&'static Entry, &str>> {
 
 /// The README's migration table: every ingress-nginx annotation, what sluice does, and how.
 pub fn markdown_table() -> String {
-    let mut out = String::from("| annotation | sluice | notes |\n|---|---|---|\n");
     let mut rows: Vec<&Entry> = CATALOG.iter().collect();
     rows.sort_by_key(|e| (!e.nginx, e.name));
-    for e in rows {
+    table("annotation", rows.into_iter(), |e| {
         let prefix = if e.nginx { "" } else { SLUICE_PREFIX };
-        let _ = writeln!(
-            out,
-            "| `{prefix}{}` | {} | {} |",
-            e.name,
-            e.support.word(),
-            e.note
-        );
+        format!("`{prefix}{}`", e.name)
+    })
+}
+
+/// A Markdown table of entries: the name as `name` renders it, the verdict, the note.
+pub(crate) fn table<'a>(
+    heading: &str,
+    rows: impl Iterator<Item = &'a Entry>,
+    name: impl Fn(&Entry) -> String,
+) -> String {
+    let mut out = format!("| {heading} | sluice | notes |\n|---|---|---|\n");
+    for e in rows {
+        let _ = writeln!(out, "| {} | {} | {} |", name(e), e.support.word(), e.note);
     }
     out
 }

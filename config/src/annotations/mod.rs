@@ -112,15 +112,7 @@ fn first<'a>(
 
 /// Reads the ssl-redirect annotation; `None` when absent.
 pub fn ssl_redirect(a: &BTreeMap<String, String>) -> Result<Option<bool>, AnnotationError> {
-    match first(a, &SSL_REDIRECT) {
-        None => Ok(None),
-        Some((_, v)) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
-        Some((_, v)) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
-        Some((name, v)) => Err(AnnotationError {
-            name,
-            message: format!("{v:?} is not \"true\" or \"false\""),
-        }),
-    }
+    traffic::flag(a, &SSL_REDIRECT)
 }
 
 /// Reads the backend-protocol annotation; `None` when absent.

@@ -361,16 +361,21 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         continue;
                     }
                 };
-                if let Some(rules) = &canary_rules {
-                    let action = locked.clone().unwrap_or_else(|| {
+                // The path's backend (resolved only for a path that is kept: a conflicting one
+                // creates no pool).
+                let resolve = |backends: &mut backend::Resolver<'_>, problems: &mut Problems| {
+                    locked.clone().unwrap_or_else(|| {
                         backends.resolve(
                             &src,
                             &format!("{field}.backend"),
                             &p.backend,
                             &pool,
-                            &mut problems,
+                            problems,
                         )
-                    });
+                    })
+                };
+                if let Some(rules) = &canary_rules {
+                    let action = resolve(&mut backends, &mut problems);
                     canaries.push(canary::PendingCanary {
                         host: host.clone(),
                         path,
@@ -408,15 +413,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     );
                     continue;
                 }
-                let action = locked.clone().unwrap_or_else(|| {
-                    backends.resolve(
-                        &src,
-                        &format!("{field}.backend"),
-                        &p.backend,
-                        &pool,
-                        &mut problems,
-                    )
-                });
+                let action = resolve(&mut backends, &mut problems);
                 let mut route_opts = options.clone();
                 route_opts.ssl_redirect &= tls.covers(&host);
                 written.insert(
