@@ -630,4 +630,17 @@ async fn default_backend_and_custom_errors() {
     // No endpoint behind the route: the default backend answers.
     let r = get(&c, http, "empty.test", "/").await.unwrap();
     assert_eq!((r.status.as_u16(), r.backend()), (200, Some("errors")));
+
+    // The default backend's pod is gone: the page request fails at once (502), the route's
+    // own answers are unaffected.
+    errors.kill();
+    let t = std::time::Instant::now();
+    let r = get(&c, http, "pages.test", "/echo?status=503")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 502);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(get(&c, http, "empty.test", "/").await.unwrap().status, 502);
+    let r = get(&c, http, "pages.test", "/").await.unwrap();
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("main")));
 }
