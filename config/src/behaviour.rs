@@ -45,6 +45,62 @@ pub struct RouteEdits {
     /// `custom-http-errors`: upstream statuses answered by the route's `default-backend`
     /// instead, sorted.
     pub custom_errors: Vec<u16>,
+    /// `auth-type: basic` or `auth-url`: who may use the route.
+    pub auth: Option<Auth>,
+    /// `satisfy: any`: a client the source ranges admit needs no authentication (default
+    /// `all`: both must pass).
+    pub satisfy_any: bool,
+}
+
+/// Authentication a route requires (ingress-nginx's `auth-type` or `auth-url`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Auth {
+    /// `auth-type: basic` with `auth-secret`.
+    Basic(BasicAuth),
+    /// `auth-url`: a subrequest decides.
+    External(ExternalAuth),
+}
+
+/// HTTP Basic authentication against the users of a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BasicAuth {
+    /// `auth-realm`, sent in `WWW-Authenticate`.
+    pub realm: String,
+    /// The users that may log in.
+    pub users: crate::htpasswd::Users,
+}
+
+/// External authentication (`auth-url`, as oauth2-proxy deployments use it): a subrequest
+/// carrying the original method, URI and headers goes to `target`; 2xx lets the request through,
+/// 401/403 answers (or redirects to `signin`), anything else is a 500.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExternalAuth {
+    /// The pool the subrequest goes to (the Service the URL names).
+    pub target: crate::model::RouteAction,
+    /// The URL as written (its host goes upstream as `Host`).
+    pub url: String,
+    /// Path and query the subrequest asks for.
+    pub path: String,
+    /// What the annotations ask of the subrequest and its answer.
+    pub options: ExternalOptions,
+}
+
+/// The `auth-url` companions: `auth-method`, `auth-signin` and the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExternalOptions {
+    /// `auth-method` (default: the request's own).
+    pub method: Option<String>,
+    /// `auth-signin`: where a 401 is redirected (302), with the original URL appended.
+    pub signin: Option<String>,
+    /// `auth-signin-redirect-param` (default `rd`).
+    pub signin_redirect_param: String,
+    /// `auth-response-headers`: copied from the auth answer onto the request, lower case.
+    pub response_headers: Vec<String>,
+    /// `auth-request-redirect`: sent as `X-Auth-Request-Redirect`.
+    pub request_redirect: Option<String>,
+    /// `auth-always-set-cookie`: the auth answer's `Set-Cookie` reaches the client on every
+    /// answer, not only on 2xx/3xx ones.
+    pub always_set_cookie: bool,
 }
 
 /// ingress-nginx's request limits of one Ingress, per client address.

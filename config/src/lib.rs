@@ -14,6 +14,7 @@ pub mod behaviour;
 pub mod cidr;
 pub mod configmap;
 pub mod host;
+pub mod htpasswd;
 pub mod matcher;
 pub mod model;
 pub mod path;

@@ -209,6 +209,33 @@ pub async fn get(
     })
 }
 
+/// A body-less request with a Host and these fields, sent on [`client`], fully read.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Got {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("host", host);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = client()
+        .request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
 /// Writes a raw request and returns the status line of the answer.
 pub async fn raw_status(addr: SocketAddr, request: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -6,31 +6,12 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-use http::Request;
-use http_body_util::{BodyExt, Empty};
 use sluice_tests::*;
 
 const N: &str = "nginx.ingress.kubernetes.io/";
 
 async fn send(addr: SocketAddr, method: &str, host: &str, headers: &[(&str, &str)]) -> Got {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}/"))
-        .header("host", host);
-    for (n, v) in headers {
-        req = req.header(*n, *v);
-    }
-    let resp = client()
-        .request(req.body(Empty::<Bytes>::new()).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    Got {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
+    request(addr, method, host, "/", headers).await
 }
 
 /// One Service and one Ingress per `(name, annotations)` row (host `NAME.test`, annotations

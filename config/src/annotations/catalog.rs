@@ -66,6 +66,10 @@ pub(crate) const fn e(name: &'static str, support: Support, note: &'static str) 
 
 use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
 
+const AUTH_POOL: &str =
+    "the subrequest uses the auth Service's pool, whose connections are kept alive";
+const NOT_CACHED: &str =
+    "not cached: every request asks the auth service (never less safe, only slower)";
 const NOT_YET: &str = "not implemented yet: served as if the annotation were absent";
 const ACCESS: &str = "not enforced yet: the Ingress answers 503 rather than serve open";
 const RANGES: &str = "403 for other clients; an unreadable list answers 503; the client is the TCP peer, or behind --trusted-proxies the last untrusted X-Forwarded-For address";
@@ -88,28 +92,67 @@ pub const CATALOG: &[Entry] = &[
     ),
     e("allowlist-source-range", Honoured, RANGES),
     e("app-root", Honoured, ""),
-    e("auth-always-set-cookie", FailsClosed, ACCESS),
-    e("auth-cache-duration", FailsClosed, ACCESS),
-    e("auth-cache-key", FailsClosed, ACCESS),
-    e("auth-keepalive", FailsClosed, ACCESS),
-    e("auth-method", FailsClosed, ACCESS),
+    e(
+        "auth-always-set-cookie",
+        Honoured,
+        "the auth answer's Set-Cookie reaches the client on every answer, not only on 2xx/3xx ones",
+    ),
+    e("auth-cache-duration", Differs, NOT_CACHED),
+    e("auth-cache-key", Differs, NOT_CACHED),
+    e("auth-keepalive", Differs, AUTH_POOL),
+    e("auth-keepalive-requests", Differs, AUTH_POOL),
+    e("auth-keepalive-share-vars", Differs, AUTH_POOL),
+    e("auth-keepalive-timeout", Differs, AUTH_POOL),
+    e("auth-method", Honoured, "default: the request's own method"),
     e("auth-proxy-set-headers", FailsClosed, ACCESS),
-    e("auth-realm", FailsClosed, ACCESS),
-    e("auth-request-redirect", FailsClosed, ACCESS),
-    e("auth-response-headers", FailsClosed, ACCESS),
-    e("auth-secret", FailsClosed, ACCESS),
-    e("auth-secret-type", FailsClosed, ACCESS),
-    e("auth-signin", FailsClosed, ACCESS),
-    e("auth-signin-redirect-param", FailsClosed, ACCESS),
-    e("auth-snippet", FailsClosed, ACCESS),
+    e(
+        "auth-realm",
+        Honoured,
+        "default \"Authentication Required\"",
+    ),
+    e(
+        "auth-request-redirect",
+        Honoured,
+        "sent to the auth service as X-Auth-Request-Redirect (default: the request URI)",
+    ),
+    e(
+        "auth-response-headers",
+        Honoured,
+        "copied onto the request; a client's own copies are removed first",
+    ),
+    e(
+        "auth-secret",
+        Honoured,
+        "NAME or NAMESPACE/NAME; a missing or unreadable Secret answers 503",
+    ),
+    e(
+        "auth-secret-type",
+        Honoured,
+        "auth-file (key auth) or auth-map",
+    ),
+    e(
+        "auth-signin",
+        Honoured,
+        "a 401 becomes a 302 to it, the original URL in the redirect parameter",
+    ),
+    e("auth-signin-redirect-param", Honoured, "default rd"),
+    e("auth-snippet", FailsClosed, SNIPPET),
     e("auth-tls-error-page", FailsClosed, ACCESS),
     e("auth-tls-match-cn", FailsClosed, ACCESS),
     e("auth-tls-pass-certificate-to-upstream", FailsClosed, ACCESS),
     e("auth-tls-secret", FailsClosed, ACCESS),
     e("auth-tls-verify-client", FailsClosed, ACCESS),
     e("auth-tls-verify-depth", FailsClosed, ACCESS),
-    e("auth-type", FailsClosed, ACCESS),
-    e("auth-url", FailsClosed, ACCESS),
+    e(
+        "auth-type",
+        Honoured,
+        "basic: bcrypt, $apr1$, {SHA}, {SSHA}, {PLAIN}, crypt $1$/$5$/$6$/DES; digest is invalid (the route stays closed)",
+    ),
+    e(
+        "auth-url",
+        Differs,
+        "http://SERVICE.NAMESPACE.svc[:PORT]/path only, sent through sluice's pool for that Service; 2xx passes, 401/403 answer, anything else (or the timeout) is 500",
+    ),
     e(
         "backend-protocol",
         Differs,
@@ -309,7 +352,11 @@ pub const CATALOG: &[Entry] = &[
         Honoured,
         "captures $1..$9; the host's paths become regular expressions, as in ingress-nginx",
     ),
-    e("satisfy", FailsClosed, ACCESS),
+    e(
+        "satisfy",
+        Honoured,
+        "any: a client the source ranges admit needs no authentication; all (default): both",
+    ),
     e(
         "server-alias",
         Honoured,

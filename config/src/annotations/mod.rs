@@ -18,6 +18,7 @@ macro_rules! both {
 pub(crate) use both;
 
 pub mod access;
+pub mod auth;
 pub mod backends;
 pub mod catalog;
 pub mod review;
@@ -64,7 +65,10 @@ pub const PROXY_NEXT_UPSTREAM_TRIES: [&str; 2] = [
 ];
 
 /// The access-control annotations (ingress-nginx's, under either prefix) sluice does not
-/// enforce (authentication, client certificates, `satisfy`, response bandwidth limits); an Ingress carrying any is served closed (503), never open. Returns the keys found.
+/// enforce: client certificates (`auth-tls-*`), `auth-snippet` (never executed),
+/// `auth-proxy-set-headers` (headers from a ConfigMap the auth service may rely on), and the
+/// response bandwidth limits. An Ingress carrying any is served closed (503), never open.
+/// Returns the keys found.
 pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
     a.keys()
         .map(String::as_str)
@@ -75,9 +79,11 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
             else {
                 return false;
             };
-            name == "satisfy"
-                || name.starts_with("auth-")
-                || matches!(name, "limit-rate" | "limit-rate-after")
+            name.starts_with("auth-tls-")
+                || matches!(
+                    name,
+                    "auth-snippet" | "auth-proxy-set-headers" | "limit-rate" | "limit-rate-after"
+                )
         })
         .collect()
 }
@@ -359,6 +365,10 @@ mod tests {
             ),
             ("sluice.dev/auth-url".to_string(), "http://auth".to_string()),
             (
+                "sluice.dev/auth-tls-secret".to_string(),
+                "ns/ca".to_string(),
+            ),
+            (
                 "nginx.ingress.kubernetes.io/limit-rate".to_string(),
                 "5".to_string(),
             ),
@@ -374,9 +384,9 @@ mod tests {
             found,
             [
                 "nginx.ingress.kubernetes.io/limit-rate",
-                "sluice.dev/auth-url"
+                "sluice.dev/auth-tls-secret"
             ],
-            "source ranges are enforced, so not listed"
+            "source ranges and auth-url are enforced, so not listed"
         );
         assert!(
             unenforced_access(&ann("nginx.ingress.kubernetes.io/rewrite-target", "/")).is_empty()

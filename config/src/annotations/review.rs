@@ -104,6 +104,8 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(access::source_ranges(a).map(drop));
     note(access::cors(a).map(drop));
     note(access::rate_limits(a).map(drop));
+    note(super::auth::auth(a).map(drop));
+    note(super::auth::satisfy_any(a).map(drop));
     note(
         traffic::flag(
             a,
@@ -157,7 +159,7 @@ mod tests {
                 "nginx.ingress.kubernetes.io/configuration-snippet",
                 "more_set_headers x;",
             ),
-            ("nginx.ingress.kubernetes.io/auth-url", "http://auth"),
+            ("nginx.ingress.kubernetes.io/auth-tls-secret", "default/ca"),
             ("nginx.ingress.kubernetes.io/proxy-body-size", "lots"),
             ("nginx.ingress.kubernetes.io/made-up", "1"),
             ("sluice.dev/hsts", "true"),
@@ -179,7 +181,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("auth-url", "fails closed"),
+                ("auth-tls-secret", "fails closed"),
                 ("configuration-snippet", "refused"),
                 ("made-up", "unsupported"),
                 ("mirror-host", "unsupported"),

@@ -204,6 +204,21 @@ impl<'w> Resolver<'w> {
         pool: &PoolAnnotations,
         p: &mut Problems,
     ) -> RouteAction {
+        let ns = src.namespace.clone();
+        self.resolve_in(&ns, src, field, backend, pool, p)
+    }
+
+    /// [`Self::resolve`] for a Service in namespace `ns` (`auth-url` may name another
+    /// namespace's Service, as its DNS name does in ingress-nginx).
+    pub(super) fn resolve_in(
+        &mut self,
+        ns: &str,
+        src: &ObjectRef,
+        field: &str,
+        backend: &IngressBackend,
+        pool: &PoolAnnotations,
+        p: &mut Problems,
+    ) -> RouteAction {
         let fail = |p: &mut Problems, reason: &'static str, field: String, msg: String| {
             p.report(
                 Severity::Error,
@@ -230,7 +245,6 @@ impl<'w> Resolver<'w> {
                 "backend names no service".into(),
             );
         };
-        let ns = src.namespace.as_str();
         let Some(svc) = self.world.services.get(&(ns.to_string(), sb.name.clone())) else {
             return fail(
                 p,

@@ -13,6 +13,7 @@
 //!   wildcard host, then to host-less rules, then to the `defaultBackend`, then 404.
 //! - A `tls` entry without `hosts` covers the hosts of its Ingress's rules.
 
+mod auth;
 mod backend;
 mod canary;
 mod options;
@@ -243,12 +244,18 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 continue;
             }
         };
-        let options = options::route_options(ing, &src, &settings, &mut problems);
+        let mut options = options::route_options(ing, &src, &settings, &mut problems);
         let regex = options::wants_regex(ing);
         let www = options::www_redirect(ing, &src, &mut problems);
         let aliases = options::server_aliases(ing, &src, &mut problems);
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
-        let locked = options::fail_closed(ing, &src, &mut problems);
+        let mut locked = options::fail_closed(ing, &src, &mut problems);
+        if locked.is_none() {
+            match auth::resolve(ing, &src, world, &mut backends, &mut problems) {
+                Ok(a) => options.edits.auth = a,
+                Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
+            }
+        }
         let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems);
         if fallback.is_none() && !options.edits.custom_errors.is_empty() {
             problems.report(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::review::{Verdict, review};
-use crate::annotations::{self, AnnotationError, access, both, traffic};
+use crate::annotations::{self, AnnotationError, access, auth, both, traffic};
 use crate::behaviour::{RouteEdits, RouteLimits};
 use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
@@ -74,11 +74,16 @@ pub(super) fn annotations_of(ing: &Ingress) -> &BTreeMap<String, String> {
 pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
     let ann = annotations_of(ing);
     let found = annotations::unenforced_access(ann);
-    let unreadable: Vec<String> = [access::source_ranges(ann).err(), access::cors(ann).err()]
-        .into_iter()
-        .flatten()
-        .map(|e| e.to_string())
-        .collect();
+    let unreadable: Vec<String> = [
+        access::source_ranges(ann).err(),
+        access::cors(ann).err(),
+        auth::auth(ann).err(),
+        auth::satisfy_any(ann).err(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|e| e.to_string())
+    .collect();
     let msg = match (found.is_empty(), unreadable.is_empty()) {
         (true, true) => return None,
         (false, _) => format!(
@@ -188,6 +193,9 @@ pub(super) fn route_options(
         host_redirect: None,
         limits: access::rate_limits(ann).ok().flatten(),
         custom_errors: or_default(traffic::custom_errors(ann), src, p),
+        // Set by `translate::auth`, which needs the world; unreadable values lock the Ingress.
+        auth: None,
+        satisfy_any: auth::satisfy_any(ann).unwrap_or(false),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -115,7 +115,8 @@ pub(super) fn collect(
     TlsHosts { hosts, matches }
 }
 
-fn secret_data<'a>(s: &'a Secret, key: &str) -> Option<&'a [u8]> {
+/// A Secret's value under `key`, from `data` or `stringData`.
+pub(super) fn secret_data<'a>(s: &'a Secret, key: &str) -> Option<&'a [u8]> {
     s.data
         .as_ref()
         .and_then(|d| d.get(key))

@@ -16,6 +16,14 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
+/// The Secrets sluice reads: TLS certificates (`kubernetes.io/tls`) and the Opaque Secrets
+/// basic authentication names (`auth-secret`, made by `kubectl create secret generic` as
+/// ingress-nginx's documentation does). A field selector can only AND its terms, so this
+/// excludes the bulky types that never matter (Helm releases, service-account tokens, registry
+/// credentials) rather than list the two wanted; the watch then holds only TLS and Opaque ones
+/// and whatever custom types a cluster has.
+pub const SECRET_TYPES: &str = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token,type!=kubernetes.io/dockerconfigjson,type!=kubernetes.io/dockercfg,type!=bootstrap.kubernetes.io/token";
+
 /// The kinds sluice watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KindId {
@@ -27,7 +35,7 @@ pub enum KindId {
     Service,
     /// EndpointSlice.
     EndpointSlice,
-    /// Secret (only `kubernetes.io/tls`).
+    /// Secret (TLS and Opaque: certificates, basic-auth users; see [`SECRET_TYPES`]).
     Secret,
     /// The controller ConfigMap (only with `--configmap`).
     ConfigMap,
@@ -206,7 +214,7 @@ pub fn start(
     }
     spawn_kind::<Secret>(
         api(client, namespace),
-        cfg.fields("type=kubernetes.io/tls"),
+        cfg.fields(SECRET_TYPES),
         KindId::Secret,
         Obj::Secret,
         tx,

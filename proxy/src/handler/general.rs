@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
 use crate::handler::rules::ResponseRules;
-use crate::handler::{ConnInfo, errors};
+use crate::handler::{ConnInfo, auth, errors};
 use crate::io::activity::{Activity, Watched};
 use crate::state::dataplane::DataPlane;
 use crate::state::edits::Edits;
@@ -258,9 +258,15 @@ async fn route(
     let mut cors_origin = None;
     let client =
         || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
-    if let Some(ranges) = action.edits.as_ref().and_then(|e| e.source_ranges.as_ref())
-        && !ranges.admits(client())
-    {
+    // `satisfy: any` lets a client the ranges refuse in with credentials, and one they admit in
+    // without; `all` (the default) needs both.
+    let satisfy_any = action.edits.as_ref().is_some_and(|e| e.satisfy_any) && action.auth.is_some();
+    let in_range = action
+        .edits
+        .as_ref()
+        .and_then(|e| e.source_ranges.as_ref())
+        .map(|r| r.admits(client()));
+    if in_range == Some(false) && !satisfy_any {
         return Local::Forbidden.response();
     }
     // Held until the response head is back: `limit-connections` counts requests in flight.
@@ -282,6 +288,23 @@ async fn route(
             return r;
         }
     }
+    let passed = match &action.auth {
+        Some(gate) if !(satisfy_any && in_range == Some(true)) => {
+            let cx = auth::Asking {
+                conn,
+                host: request_host(&req).unwrap_or_default(),
+                timeout: action
+                    .request_timeout
+                    .unwrap_or(dp.settings.request_timeout),
+                tries: dp.settings.upstream_tries,
+            };
+            match auth::check(gate, &req, &cx).await {
+                auth::Verdict::Pass(passed) => passed,
+                auth::Verdict::Answer(answer) => return answer,
+            }
+        }
+        _ => None,
+    };
     // The route's pool, or the Ingress's default backend when that pool is gone or empty.
     let Some(cluster) = errors::pool_for(action) else {
         let why: &(dyn std::fmt::Display + Sync) = match &action.target {
@@ -333,6 +356,9 @@ async fn route(
     }
     if let Some(e) = edits {
         e.apply(&mut parts);
+    }
+    if let Some(p) = &passed {
+        p.apply(&mut parts.headers);
     }
     let h = &mut parts.headers;
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -406,6 +432,9 @@ async fn route(
         && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
     {
         rparts.headers.append(header::SET_COOKIE, v);
+    }
+    if let Some(p) = &passed {
+        p.finish(rparts.status, &mut rparts.headers);
     }
     rparts.version = Version::HTTP_11;
     Response::from_parts(rparts, rbody)

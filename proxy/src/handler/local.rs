@@ -57,8 +57,11 @@ pub(crate) enum Local<'a> {
         /// The HTTPS listener's port.
         port: u16,
     },
-    /// The client's address is not allowed on the route (source ranges).
+    /// The client's address is not allowed on the route (source ranges), or the auth service
+    /// said 403.
     Forbidden,
+    /// Authentication is required (`auth-type`, `auth-url`); the caller adds the challenge.
+    Unauthorized,
     /// Over an Ingress's request limits (`--limit-req-status-code`).
     Limited(StatusCode),
     /// A CORS preflight answered by sluice (`enable-cors`).
@@ -70,7 +73,8 @@ pub(crate) enum Local<'a> {
         /// The `Location` value.
         location: &'a HeaderValue,
     },
-    /// The request could not be delivered: 502, 503 or 504, logged with `why`.
+    /// The request could not be delivered: 502, 503 or 504 (500: the auth service could not
+    /// decide), logged with `why`.
     Failed {
         /// 502, 503 or 504.
         status: StatusCode,
@@ -137,6 +141,7 @@ impl Local<'_> {
             Local::HttpsRedirect { .. } => row(S::PERMANENT_REDIRECT, "", false),
             Local::Redirect { status, .. } => row(status, "", false),
             Local::Forbidden => row(S::FORBIDDEN, "403 Forbidden\n", false),
+            Local::Unauthorized => row(S::UNAUTHORIZED, "401 Unauthorized\n", false),
             Local::Limited(status) => Row {
                 status,
                 body: Bytes::from(format!(
@@ -150,6 +155,7 @@ impl Local<'_> {
             Local::Failed { status, .. } => match status {
                 S::SERVICE_UNAVAILABLE => row(status, "503 Service Unavailable\n", false),
                 S::GATEWAY_TIMEOUT => row(status, "504 Gateway Timeout\n", false),
+                S::INTERNAL_SERVER_ERROR => row(status, "500 Internal Server Error\n", false),
                 _ => row(S::BAD_GATEWAY, "502 Bad Gateway\n", false),
             },
         }
@@ -283,6 +289,16 @@ mod tests {
             (Local::InvalidPath, 400, true),
             (Local::Connect, 405, false),
             (Local::NoRoute, 404, false),
+            (Local::Unauthorized, 401, false),
+            (
+                Local::Failed {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    pool: "auth",
+                    why: &"test",
+                },
+                500,
+                false,
+            ),
             (Local::BodyTooLarge(10), 413, false),
             (
                 Local::HttpsRedirect {

@@ -5,6 +5,7 @@
 //!
 //! The server calls in here; nothing here calls the server.
 
+pub mod auth;
 mod conn;
 pub(crate) mod direct;
 mod errors;

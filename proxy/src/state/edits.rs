@@ -33,6 +33,8 @@ pub struct Edits {
     pub host_redirect: Option<String>,
     /// `custom-http-errors`: upstream statuses replaced by the default backend's answer.
     pub custom_errors: Vec<u16>,
+    /// `satisfy: any`: a client the source ranges admit skips authentication.
+    pub satisfy_any: bool,
 }
 
 /// CORS, compiled: header values checked once.
@@ -201,6 +203,7 @@ impl Edits {
             cors: e.cors.as_ref().and_then(Cors::compile),
             host_redirect: e.host_redirect.clone(),
             custom_errors: e.custom_errors.clone(),
+            satisfy_any: e.satisfy_any,
         }))
     }
 

@@ -2,6 +2,7 @@
 //! each pool's endpoint set (in [`crate::upstream::cluster`]), and the certificate store
 //! ([`certs`]). [`dataplane::DataPlane`] applies a snapshot to all three.
 
+pub mod auth;
 pub mod certs;
 pub mod dataplane;
 pub mod edits;

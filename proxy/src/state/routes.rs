@@ -9,6 +9,7 @@ use http::HeaderValue;
 use sluice_config::behaviour::RateLimits;
 use sluice_config::{ClusterKey, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot};
 
+use crate::state::auth::Gate;
 use crate::state::edits::{CanaryRule, Edits};
 use crate::state::limits::{InFlight, Limiter, OverLimit};
 use crate::telemetry::access::RouteSeen;
@@ -55,6 +56,8 @@ pub struct Action {
     /// paths apply it (the direct one for clients that are not trusted proxies, whose address
     /// needs no header).
     pub limiter: Option<Arc<Limiter>>,
+    /// `auth-type: basic` or `auth-url`.
+    pub auth: Option<Box<Gate>>,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
@@ -167,6 +170,21 @@ fn compile_action(
         }
         HeaderValue::from_str(&v).ok()
     });
+    // A gate that cannot be built keeps the route closed.
+    let (target, auth) = match r
+        .options
+        .edits
+        .auth
+        .as_ref()
+        .map(|a| Gate::compile(a, clusters))
+    {
+        None => (target, None),
+        Some(Ok(g)) => (target, Some(Box::new(g))),
+        Some(Err(why)) => (
+            Target::Unavailable(Arc::from(format!("Ingress {ingress}: {why}"))),
+            None,
+        ),
+    };
     let edits = Edits::compile(&r.options.edits, &r.path);
     // Limits count per Ingress: every route of one Ingress shares its limiter.
     let limiter = r
@@ -184,6 +202,7 @@ fn compile_action(
             _ => None,
         },
         limiter,
+        auth,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
         edits,

@@ -1,0 +1,443 @@
+//! The authentication annotations: `auth-type: basic` with `auth-secret`, `auth-secret-type` and
+//! `auth-realm`; `auth-url` with `auth-method`, `auth-signin`, `auth-signin-redirect-param`,
+//! `auth-response-headers`, `auth-request-redirect`, `auth-always-set-cookie`; and `satisfy`.
+//! These read the annotations only; translation finds the Secret and the Service they name
+//! (`translate::auth`). Any value that cannot be read keeps the route closed.
+
+use std::collections::BTreeMap;
+
+use super::{AnnotationError, first};
+use crate::behaviour::ExternalOptions;
+
+/// A Secret an annotation names: `name` (the Ingress's namespace) or `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretName {
+    /// Namespace, when the annotation gives one.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// Where `auth-url` points: a Service by its cluster DNS name, a port and the path (with its
+/// query) the subrequest asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthUrl {
+    /// The URL as written.
+    pub url: String,
+    /// The Service.
+    pub service: String,
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The port (80 when the URL gives none).
+    pub port: u16,
+    /// Path and query of the subrequest.
+    pub path: String,
+}
+
+/// What the authentication annotations of one Ingress ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthSpec {
+    /// `auth-type: basic`.
+    Basic {
+        /// `auth-secret`.
+        secret: SecretName,
+        /// `auth-secret-type: auth-map` (else `auth-file`).
+        map: bool,
+        /// `auth-realm`.
+        realm: String,
+    },
+    /// `auth-url` and its companions.
+    External {
+        /// `auth-url`.
+        url: AuthUrl,
+        /// The companions.
+        options: ExternalOptions,
+    },
+}
+
+fn err(name: &'static str, message: impl Into<String>) -> AnnotationError {
+    AnnotationError {
+        name,
+        message: message.into(),
+    }
+}
+
+/// The realm sent when `auth-realm` is not set.
+pub const DEFAULT_REALM: &str = "Authentication Required";
+
+/// A value sluice puts into a header as it is: visible ASCII and spaces.
+fn header_text(name: &'static str, v: &str) -> Result<String, AnnotationError> {
+    if v.bytes().all(|b| (0x20..0x7f).contains(&b)) && !v.contains('"') {
+        Ok(v.to_string())
+    } else {
+        Err(err(
+            name,
+            format!("{v:?} must be visible ASCII without quotes"),
+        ))
+    }
+}
+
+/// Reads `auth-url`: `http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT][/path]`.
+fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
+    let rest = v.strip_prefix("http://").ok_or_else(|| {
+        err(
+            name,
+            format!(
+                "{v:?}: sluice sends the subrequest through its own pools, so the URL must be http://SERVICE.NAMESPACE.svc[:PORT]/path (https and hosts outside the cluster are not supported)"
+            ),
+        )
+    })?;
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path
+    };
+    if path.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+        return Err(err(name, format!("{v:?}: the path must be visible ASCII")));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (
+            h,
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| err(name, format!("{v:?}: {p:?} is not a port")))?,
+        ),
+        None => (authority, 80),
+    };
+    let host = host.to_ascii_lowercase();
+    let host = host
+        .strip_suffix(".svc.cluster.local")
+        .or_else(|| host.strip_suffix(".svc"))
+        .unwrap_or(&host);
+    let labels: Vec<&str> = host.split('.').collect();
+    let dns_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    match labels.as_slice() {
+        [svc, ns] if dns_label(svc) && dns_label(ns) => Ok(AuthUrl {
+            url: v.to_string(),
+            service: svc.to_string(),
+            namespace: ns.to_string(),
+            port,
+            path,
+        }),
+        _ => Err(err(
+            name,
+            format!(
+                "{v:?}: the host must name a Service as SERVICE.NAMESPACE.svc (sluice resolves it to the Service's endpoints, not through DNS)"
+            ),
+        )),
+    }
+}
+
+/// `satisfy`: `true` for `any` (source ranges or authentication), `false` for `all` (the
+/// default).
+pub fn satisfy_any(a: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+    match first(a, &both!("satisfy")) {
+        None => Ok(false),
+        Some((_, v)) if v.eq_ignore_ascii_case("all") => Ok(false),
+        Some((_, v)) if v.eq_ignore_ascii_case("any") => Ok(true),
+        Some((name, v)) => Err(err(name, format!("{v:?} is not \"all\" or \"any\""))),
+    }
+}
+
+/// The authentication an Ingress asks for; `None` without `auth-type` and `auth-url`.
+pub fn auth(a: &BTreeMap<String, String>) -> Result<Option<AuthSpec>, AnnotationError> {
+    let kind = first(a, &both!("auth-type"));
+    let url = first(a, &both!("auth-url"));
+    match (kind, url) {
+        (None, None) => {
+            if let Some((name, _)) = first(a, &both!("auth-secret")) {
+                return Err(err(
+                    name,
+                    "set without auth-type: basic, so it protects nothing; the route stays closed until one is set",
+                ));
+            }
+            Ok(None)
+        }
+        (Some(_), Some((name, _))) => Err(err(
+            name,
+            "auth-url and auth-type are both set; sluice enforces one authentication per route",
+        )),
+        (Some((name, v)), None) => basic(a, name, v).map(Some),
+        (None, Some((name, v))) => external(a, name, v).map(Some),
+    }
+}
+
+fn basic(
+    a: &BTreeMap<String, String>,
+    name: &'static str,
+    kind: &str,
+) -> Result<AuthSpec, AnnotationError> {
+    if kind.eq_ignore_ascii_case("digest") {
+        return Err(err(
+            name,
+            "digest is not supported (use basic over HTTPS); the route stays closed",
+        ));
+    }
+    if !kind.eq_ignore_ascii_case("basic") {
+        return Err(err(
+            name,
+            format!("{kind:?} is not \"basic\" or \"digest\""),
+        ));
+    }
+    let (sname, s) = first(a, &both!("auth-secret"))
+        .ok_or_else(|| err(name, "basic needs auth-secret, the Secret with the users"))?;
+    let secret = match s.split_once('/') {
+        Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => SecretName {
+            namespace: Some(ns.to_string()),
+            name: n.to_string(),
+        },
+        None if !s.is_empty() => SecretName {
+            namespace: None,
+            name: s.to_string(),
+        },
+        _ => return Err(err(sname, format!("{s:?} is not NAME or NAMESPACE/NAME"))),
+    };
+    let map = match first(a, &both!("auth-secret-type")) {
+        None => false,
+        Some((_, "auth-file")) => false,
+        Some((_, "auth-map")) => true,
+        Some((n, v)) => {
+            return Err(err(
+                n,
+                format!("{v:?} is not \"auth-file\" or \"auth-map\""),
+            ));
+        }
+    };
+    let realm = match first(a, &both!("auth-realm")) {
+        Some((n, v)) => header_text(n, v)?,
+        None => DEFAULT_REALM.to_string(),
+    };
+    Ok(AuthSpec::Basic { secret, map, realm })
+}
+
+fn external(
+    a: &BTreeMap<String, String>,
+    name: &'static str,
+    v: &str,
+) -> Result<AuthSpec, AnnotationError> {
+    let url = auth_url(name, v)?;
+    let method = match first(a, &both!("auth-method")) {
+        None => None,
+        Some((n, m)) => {
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                return Err(err(n, format!("{m:?} is not a method such as GET")));
+            }
+            Some(m.to_string())
+        }
+    };
+    let signin = match first(a, &both!("auth-signin")) {
+        None => None,
+        Some((n, s)) => {
+            let ok = (s.starts_with("http://") || s.starts_with("https://") || s.starts_with('/'))
+                && s.bytes().all(|b| (0x21..0x7f).contains(&b));
+            if !ok {
+                return Err(err(n, format!("{s:?} is not a URL")));
+            }
+            Some(s.to_string())
+        }
+    };
+    let signin_redirect_param = match first(a, &both!("auth-signin-redirect-param")) {
+        None => "rd".to_string(),
+        Some((n, p)) => {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(err(n, format!("{p:?} is not a query parameter name")));
+            }
+            p.to_string()
+        }
+    };
+    let response_headers = match first(a, &both!("auth-response-headers")) {
+        None => Vec::new(),
+        Some((n, list)) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|h| {
+                if h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    Ok(h.to_ascii_lowercase())
+                } else {
+                    Err(err(n, format!("{h:?} is not a header name")))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let request_redirect = match first(a, &both!("auth-request-redirect")) {
+        None => None,
+        Some((n, r)) => Some(header_text(n, r)?),
+    };
+    let options = ExternalOptions {
+        method,
+        signin,
+        signin_redirect_param,
+        response_headers,
+        request_redirect,
+        always_set_cookie: super::traffic::flag(a, &both!("auth-always-set-cookie"))?
+            .unwrap_or(false),
+    };
+    Ok(AuthSpec::External { url, options })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::nginx_annotations as ann;
+
+    #[test]
+    fn basic_reads_secret_type_and_realm() {
+        let got = auth(&ann(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "basic-auth"),
+            ("auth-realm", "Authentication Required - foo"),
+        ]));
+        assert_eq!(
+            got,
+            Ok(Some(AuthSpec::Basic {
+                secret: SecretName {
+                    namespace: None,
+                    name: "basic-auth".into()
+                },
+                map: false,
+                realm: "Authentication Required - foo".into(),
+            }))
+        );
+        let got = auth(&ann(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "other/users"),
+            ("auth-secret-type", "auth-map"),
+        ]));
+        assert!(matches!(
+            got,
+            Ok(Some(AuthSpec::Basic { secret: SecretName { namespace: Some(ns), .. }, map: true, realm }))
+                if ns == "other" && realm == DEFAULT_REALM
+        ));
+    }
+
+    #[test]
+    fn unreadable_basic_settings_are_errors() {
+        for bad in [
+            vec![("auth-type", "basic")],
+            vec![("auth-type", "digest"), ("auth-secret", "s")],
+            vec![("auth-type", "kerberos"), ("auth-secret", "s")],
+            vec![("auth-type", "basic"), ("auth-secret", "a/b/c")],
+            vec![("auth-type", "basic"), ("auth-secret", "/b")],
+            vec![
+                ("auth-type", "basic"),
+                ("auth-secret", "s"),
+                ("auth-secret-type", "ldap"),
+            ],
+            vec![
+                ("auth-type", "basic"),
+                ("auth-secret", "s"),
+                ("auth-realm", "a\"b"),
+            ],
+            vec![("auth-secret", "s")],
+            vec![
+                ("auth-type", "basic"),
+                ("auth-secret", "s"),
+                ("auth-url", "http://a.b.svc/"),
+            ],
+        ] {
+            assert!(auth(&ann(&bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn auth_url_names_a_service() {
+        let got = auth(&ann(&[
+            (
+                "auth-url",
+                "http://oauth2-proxy.auth.svc.cluster.local:4180/oauth2/auth?x=1",
+            ),
+            ("auth-signin", "https://auth.example.com/oauth2/start"),
+            (
+                "auth-response-headers",
+                "X-Auth-Request-User, X-Auth-Request-Email",
+            ),
+            ("auth-method", "POST"),
+        ]));
+        let Ok(Some(AuthSpec::External { url, options })) = got else {
+            panic!("{got:?}");
+        };
+        let ExternalOptions {
+            method,
+            signin,
+            signin_redirect_param,
+            response_headers,
+            always_set_cookie,
+            ..
+        } = options;
+        assert_eq!(
+            (url.service.as_str(), url.namespace.as_str(), url.port),
+            ("oauth2-proxy", "auth", 4180)
+        );
+        assert_eq!(url.path, "/oauth2/auth?x=1");
+        assert_eq!(method.as_deref(), Some("POST"));
+        assert_eq!(
+            signin.as_deref(),
+            Some("https://auth.example.com/oauth2/start")
+        );
+        assert_eq!(signin_redirect_param, "rd");
+        assert_eq!(
+            response_headers,
+            ["x-auth-request-user", "x-auth-request-email"]
+        );
+        assert!(!always_set_cookie);
+        for (url, port, path) in [
+            ("http://a.b", 80, "/"),
+            ("http://a.b.svc:81", 81, "/"),
+            ("http://A.B.svc?q", 80, "/?q"),
+        ] {
+            let got = auth_url("n", url);
+            assert_eq!(
+                got.as_ref().map(|u| (u.port, u.path.as_str())),
+                Ok((port, path)),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn auth_url_outside_the_cluster_or_malformed_is_an_error() {
+        for bad in [
+            "https://a.b.svc/",
+            "http://auth.example.com/x",
+            "http://single/",
+            "http://a.b.svc:0/",
+            "http://a.b.svc:x/",
+            "http://a_b.c/",
+            "ftp://a.b/",
+            "http://a.b/pa th",
+        ] {
+            assert!(auth(&ann(&[("auth-url", bad)])).is_err(), "{bad}");
+        }
+        for (k, v) in [
+            ("auth-method", "get"),
+            ("auth-signin", "javascript:alert(1)"),
+            ("auth-signin-redirect-param", "r&d"),
+            ("auth-response-headers", "X-Ok, Bad Header"),
+            ("auth-always-set-cookie", "yes"),
+        ] {
+            let a = ann(&[("auth-url", "http://a.b.svc/"), (k, v)]);
+            assert!(auth(&a).is_err(), "{k}: {v}");
+        }
+    }
+
+    #[test]
+    fn satisfy_is_all_or_any() {
+        assert_eq!(satisfy_any(&ann(&[])), Ok(false));
+        assert_eq!(satisfy_any(&ann(&[("satisfy", "any")])), Ok(true));
+        assert_eq!(satisfy_any(&ann(&[("satisfy", "all")])), Ok(false));
+        assert!(satisfy_any(&ann(&[("satisfy", "some")])).is_err());
+    }
+}

@@ -1,0 +1,112 @@
+//! The authentication of an Ingress, resolved against the world: `auth-type: basic` finds its
+//! Secret and reads the users; `auth-url` becomes a pool for the Service it names. Whatever
+//! cannot be resolved keeps the Ingress's routes closed (503) and says why, as an Error.
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, ServiceBackendPort};
+
+use crate::annotations::auth::{self, AuthSpec};
+use crate::behaviour::{Auth, BasicAuth, ExternalAuth};
+use crate::htpasswd::Users;
+use crate::model::{ObjectRef, RouteAction, Severity};
+use crate::world::World;
+
+use super::Problems;
+use super::backend::{PoolAnnotations, Resolver};
+use super::options::annotations_of;
+use super::tls::secret_data;
+
+const FIELD: &str = "metadata.annotations";
+
+/// The users of a basic-auth Secret: key `auth` (an htpasswd file), or every key (`auth-map`).
+fn users(s: &Secret, map: bool) -> Result<(Users, Vec<String>), String> {
+    if map {
+        let mut entries: Vec<(&str, &[u8])> = Vec::new();
+        if let Some(d) = &s.data {
+            entries.extend(d.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())));
+        }
+        if let Some(d) = &s.string_data {
+            entries.extend(d.iter().map(|(k, v)| (k.as_str(), v.as_bytes())));
+        }
+        let text: Vec<(&str, &str)> = entries
+            .into_iter()
+            .map(|(k, v)| (k, std::str::from_utf8(v).unwrap_or("")))
+            .collect();
+        return Ok(Users::parse_map(text.into_iter()));
+    }
+    let file = secret_data(s, "auth").ok_or("has no key \"auth\" (the htpasswd file)")?;
+    let text = std::str::from_utf8(file).map_err(|_| "key \"auth\" is not UTF-8 text")?;
+    Ok(Users::parse_file(text))
+}
+
+/// Resolves the Ingress's authentication. `Ok(None)`: none asked for. `Err`: the route must stay
+/// closed (the reason is reported already).
+pub(super) fn resolve(
+    ing: &Ingress,
+    src: &ObjectRef,
+    world: &World,
+    backends: &mut Resolver<'_>,
+    p: &mut Problems,
+) -> Result<Option<Auth>, String> {
+    // An unreadable value is reported by `options::fail_closed`, which closes the route.
+    let Ok(spec) = auth::auth(annotations_of(ing)) else {
+        return Err("authentication annotations cannot be read".into());
+    };
+    match spec {
+        None => Ok(None),
+        Some(AuthSpec::Basic { secret, map, realm }) => {
+            let ns = secret.namespace.unwrap_or_else(|| src.namespace.clone());
+            let sref = ObjectRef::new("Secret", &ns, &secret.name);
+            let Some(s) = world.secrets.get(&(ns.clone(), secret.name.clone())) else {
+                let msg = format!("auth-secret: {sref} not found; the routes answer 503");
+                p.report(Severity::Error, "AuthSecretNotFound", src, FIELD, &msg);
+                return Err(msg);
+            };
+            let (users, errors) = users(s, map).map_err(|why| {
+                let msg = format!("auth-secret: {sref} {why}; the routes answer 503");
+                p.report(Severity::Error, "InvalidAuthSecret", src, FIELD, &msg);
+                msg
+            })?;
+            if !errors.is_empty() {
+                p.report(
+                    Severity::Warning,
+                    "InvalidAuthSecret",
+                    &sref,
+                    if map { "data" } else { "data[auth]" },
+                    format!("these entries cannot log in: {}", errors.join("; ")),
+                );
+            }
+            Ok(Some(Auth::Basic(BasicAuth { realm, users })))
+        }
+        Some(AuthSpec::External { url, options }) => {
+            let backend = IngressBackend {
+                resource: None,
+                service: Some(IngressServiceBackend {
+                    name: url.service.clone(),
+                    port: Some(ServiceBackendPort {
+                        name: None,
+                        number: Some(i32::from(url.port)),
+                    }),
+                }),
+            };
+            let target = backends.resolve_in(
+                &url.namespace,
+                src,
+                "metadata.annotations[nginx.ingress.kubernetes.io/auth-url]",
+                &backend,
+                &PoolAnnotations::default(),
+                p,
+            );
+            if let RouteAction::Unavailable(why) = &target {
+                return Err(format!("auth-url: {why}"));
+            }
+            Ok(Some(Auth::External(ExternalAuth {
+                target,
+                url: url.url,
+                path: url.path,
+                options,
+            })))
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Asking a route's [`Gate`] before forwarding: Basic credentials checked in place, or the
+//! `auth-url` subrequest sent through the auth Service's pool and its answer turned into the
+//! client's (ingress-nginx's statuses: 2xx passes, 401 answers or redirects to `auth-signin`,
+//! 403 answers, anything else is 500).
+
+use std::time::Duration;
+
+use http::header;
+use http::header::HeaderValue;
+use http::{Request, Response, StatusCode};
+
+use crate::handler::ConnInfo;
+use crate::handler::local::Local;
+use crate::state::auth::external::{External, Passed};
+use crate::state::auth::{Gate, basic::Basic};
+use crate::upstream::body::RespBody;
+use crate::upstream::retry::{self, Plan};
+
+/// What a gate said about a request.
+pub(crate) enum Verdict {
+    /// Go on, with what a passed `auth-url` check hands to the request and its answer.
+    Pass(Option<Passed>),
+    /// Answer the client with this instead.
+    Answer(Response<RespBody>),
+}
+
+/// The request's context a gate needs.
+pub(crate) struct Asking<'a> {
+    /// The client connection.
+    pub conn: &'a ConnInfo,
+    /// The host the request named.
+    pub host: &'a str,
+    /// The route's request timeout, which bounds the subrequest.
+    pub timeout: Duration,
+    /// Endpoints the subrequest may try.
+    pub tries: u32,
+}
+
+/// Asks the gate about a request.
+pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> Verdict {
+    match gate {
+        Gate::Basic(b) => {
+            if b.admits(req.headers()).await {
+                Verdict::Pass(None)
+            } else {
+                Verdict::Answer(challenge(b))
+            }
+        }
+        Gate::External(e) => external(e, req, cx).await,
+    }
+}
+
+/// 401 with the route's `WWW-Authenticate: Basic realm="…"`.
+fn challenge(b: &Basic) -> Response<RespBody> {
+    let mut r = Local::Unauthorized.response();
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, b.challenge.clone());
+    r
+}
+
+/// Asks the auth service about `req`.
+async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdict {
+    let Asking {
+        conn,
+        host,
+        timeout,
+        tries,
+    } = *cx;
+    let scheme = if conn.tls { "https" } else { "http" };
+    let sub = ext.subrequest(req, scheme, host);
+    let plan = Plan::new(
+        sub.method(),
+        &sluice_config::NextUpstream::default(),
+        tries,
+        None,
+    );
+    let fwd = conn.proxy_headers();
+    let answer = match tokio::time::timeout(timeout, retry::send(&ext.pool, sub, plan, &fwd)).await
+    {
+        Err(_) => {
+            return failed(&ext.pool.name, &"no answer within the request timeout");
+        }
+        Ok(Err(e)) => return failed(&ext.pool.name, &e),
+        Ok(Ok(d)) => d.response,
+    };
+    let (parts, _body) = answer.into_parts();
+    let cookies: Vec<HeaderValue> = parts
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .cloned()
+        .collect();
+    match parts.status {
+        s if s.is_success() => Verdict::Pass(Some(Passed {
+            fields: ext
+                .response_headers
+                .iter()
+                .filter_map(|n| Some((n.clone(), parts.headers.get(n)?.clone())))
+                .collect(),
+            names: ext.response_headers.clone(),
+            cookies,
+            always_set_cookie: ext.always_set_cookie,
+        })),
+        StatusCode::UNAUTHORIZED => {
+            let mut r = match &ext.signin {
+                Some(signin) => {
+                    let location = ext.signin_location(signin, scheme, host, req.uri());
+                    match HeaderValue::from_str(&location) {
+                        Ok(location) => Local::Redirect {
+                            status: StatusCode::FOUND,
+                            location: &location,
+                        }
+                        .response(),
+                        Err(_) => Local::Unauthorized.response(),
+                    }
+                }
+                None => {
+                    let mut r = Local::Unauthorized.response();
+                    if let Some(c) = parts.headers.get(header::WWW_AUTHENTICATE) {
+                        r.headers_mut().insert(header::WWW_AUTHENTICATE, c.clone());
+                    }
+                    r
+                }
+            };
+            for c in cookies {
+                r.headers_mut().append(header::SET_COOKIE, c);
+            }
+            Verdict::Answer(r)
+        }
+        StatusCode::FORBIDDEN => Verdict::Answer(Local::Forbidden.response()),
+        other => failed(
+            &ext.pool.name,
+            &format!("the auth service answered {}", other.as_u16()),
+        ),
+    }
+}
+
+/// The auth service failed to decide: 500, as nginx's `auth_request` answers, logged.
+fn failed(pool: &str, why: &(dyn std::fmt::Display + Sync)) -> Verdict {
+    Verdict::Answer(
+        Local::Failed {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            pool,
+            why,
+        }
+        .response(),
+    )
+}

@@ -1,0 +1,165 @@
+//! HTTP Basic authentication (`auth-type: basic`). A credential that passed is remembered by a
+//! keyed 64-bit fingerprint of its `Authorization` value in a small lock-free table, so a
+//! client's next requests cost a hash, not a bcrypt round. Slow schemes (bcrypt, SHA-crypt)
+//! are checked on the blocking pool, at most [`SLOW_AT_ONCE`] at a time per route, so a flood of
+//! wrong passwords cannot take the event loop or every core.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::HeaderMap;
+use http::header::{self, HeaderValue};
+use sluice_config::behaviour::BasicAuth;
+use sluice_config::htpasswd::PasswordHash;
+use tokio::sync::Semaphore;
+
+use super::password;
+
+/// Remembered credentials per route.
+const PASSED_SLOTS: usize = 256;
+/// Slow password checks running at once per route.
+const SLOW_AT_ONCE: usize = 2;
+
+/// A route's compiled Basic authentication.
+#[derive(Debug)]
+pub struct Basic {
+    /// `Basic realm="…"`.
+    pub challenge: HeaderValue,
+    users: Arc<HashMap<Box<[u8]>, PasswordHash>>,
+    passed: Box<[AtomicU64]>,
+    keys: std::hash::RandomState,
+    slow: Arc<Semaphore>,
+}
+
+impl Basic {
+    /// Compiles the users and the challenge; `None` when the realm cannot be a header value
+    /// (the route then stays closed).
+    pub fn compile(a: &BasicAuth) -> Option<Self> {
+        let challenge = HeaderValue::from_str(&format!("Basic realm=\"{}\"", a.realm)).ok()?;
+        Some(Self {
+            challenge,
+            users: Arc::new(
+                a.users
+                    .0
+                    .iter()
+                    .map(|(u, h)| (Box::from(u.as_bytes()), h.clone()))
+                    .collect(),
+            ),
+            passed: (0..PASSED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            keys: std::hash::RandomState::new(),
+            slow: Arc::new(Semaphore::new(SLOW_AT_ONCE)),
+        })
+    }
+
+    fn fingerprint(&self, value: &[u8]) -> u64 {
+        self.keys.hash_one(value) | 1
+    }
+
+    /// Whether the request carries the credentials of a user of the route.
+    pub async fn admits(&self, headers: &HeaderMap) -> bool {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return false;
+        };
+        let fp = self.fingerprint(value.as_bytes());
+        let slot = &self.passed[(fp >> 1) as usize % PASSED_SLOTS];
+        if slot.load(Ordering::Relaxed) == fp {
+            return true;
+        }
+        let Some((user, pass)) = decode(value.as_bytes()) else {
+            return false;
+        };
+        let Some(stored) = self.users.get(user.as_slice()) else {
+            return false;
+        };
+        let ok = if stored.scheme.is_slow() {
+            let Ok(_permit) = self.slow.acquire().await else {
+                return false;
+            };
+            let stored = stored.clone();
+            tokio::task::spawn_blocking(move || password::verify(&stored, &pass))
+                .await
+                .unwrap_or(false)
+        } else {
+            password::verify(stored, &pass)
+        };
+        if ok {
+            slot.store(fp, Ordering::Relaxed);
+        }
+        ok
+    }
+}
+
+/// `Basic base64(user:password)` → user and password.
+fn decode(value: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let raw = STANDARD.decode(rest.trim_ascii()).ok()?;
+    let colon = raw.iter().position(|b| *b == b':')?;
+    Some((raw[..colon].to_vec(), raw[colon + 1..].to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_config::htpasswd::Users;
+
+    fn gate() -> Basic {
+        let (users, errors) = Users::parse_file(
+            "alice:{PLAIN}wonder:land\nbob:$2a$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        Basic::compile(&BasicAuth {
+            realm: "staff".into(),
+            users,
+        })
+        .unwrap_or_else(|| panic!("compiles"))
+    }
+
+    fn with(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(header::AUTHORIZATION, v);
+        }
+        h
+    }
+
+    fn basic(user_pass: &str) -> HeaderMap {
+        with(&format!("Basic {}", STANDARD.encode(user_pass)))
+    }
+
+    #[tokio::test]
+    async fn users_pass_and_everyone_else_does_not() {
+        let g = gate();
+        assert_eq!(g.challenge, "Basic realm=\"staff\"");
+        assert!(
+            g.admits(&basic("alice:wonder:land")).await,
+            "a colon in the password"
+        );
+        assert!(g.admits(&basic("bob:U*U")).await, "bcrypt");
+        assert!(g.admits(&basic("bob:U*U")).await, "remembered");
+        assert!(
+            g.admits(&with(&format!("bAsIc {}", STANDARD.encode("bob:U*U"))))
+                .await,
+            "the scheme is case-insensitive"
+        );
+        for bad in [
+            basic("alice:wonder"),
+            basic("alice:"),
+            basic("bob:U*V"),
+            basic("carol:x"),
+            basic("alice"),
+            with("Bearer abc"),
+            with("Basic !!!"),
+            with("Basic"),
+            HeaderMap::new(),
+        ] {
+            assert!(!g.admits(&bad).await, "{bad:?}");
+        }
+    }
+}

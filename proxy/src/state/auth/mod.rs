@@ -1,0 +1,51 @@
+//! Authentication at the edge: ingress-nginx's `auth-type: basic` ([`basic`]) and `auth-url`
+//! ([`external`]), compiled per route into a [`Gate`] the general handler (`handler::auth`)
+//! asks before it forwards. A gate that cannot be compiled leaves its route answering 503,
+//! never open.
+
+pub mod basic;
+pub mod external;
+mod password;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_config::behaviour::Auth;
+use sluice_config::{ClusterKey, RouteAction};
+
+use crate::upstream::cluster::Cluster;
+
+pub use external::Passed;
+
+/// A route's authentication.
+#[derive(Debug)]
+pub enum Gate {
+    /// `auth-type: basic`.
+    Basic(basic::Basic),
+    /// `auth-url`.
+    External(external::External),
+}
+
+impl Gate {
+    /// Compiles the route's authentication; `Err` says why the route must stay closed.
+    pub fn compile(
+        auth: &Auth,
+        clusters: &HashMap<ClusterKey, Arc<Cluster>>,
+    ) -> Result<Self, String> {
+        match auth {
+            Auth::Basic(b) => basic::Basic::compile(b)
+                .map(Gate::Basic)
+                .ok_or_else(|| "auth-realm cannot be sent in a header".to_string()),
+            Auth::External(e) => {
+                let pool = match &e.target {
+                    RouteAction::Cluster(k) => clusters.get(k).cloned(),
+                    RouteAction::Unavailable(_) => None,
+                }
+                .ok_or_else(|| format!("auth-url {}: no pool for the auth Service", e.url))?;
+                external::External::compile(e, pool)
+                    .map(Gate::External)
+                    .ok_or_else(|| format!("auth-url {}: settings cannot be sent", e.url))
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! Authentication annotations through `sluice serve` over real sockets: `auth-type: basic`
+//! (every htpasswd scheme, `auth-map`, a Secret changed without a restart, a missing Secret
+//! failing closed), `auth-url` against a real external auth service answering 200, 401, 403,
+//! 502 and too late, `auth-signin`, `auth-response-headers` (a client's forged copy removed),
+//! `satisfy`, and an auth service whose pod is gone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use sluice_tests::*;
+
+const N: &str = "nginx.ingress.kubernetes.io/";
+
+/// `s3cret` in every scheme `htpasswd` writes (and nginx reads), for one user each.
+const HTPASSWD: &str = "\
+# one user per scheme, all with the password s3cret
+apr:$apr1$Kx9sQ2aZ$VILXK2vA.T/e/KqPV2DQI.
+md5:$1$ab12$uS0uGTebbG2iGzL0r4Xeb0
+sha256:$5$saltsalt$i1q2ZQzc.tl/BQ6CHiENAcVDvEY6nJ1OWlWXKh94b1.
+des:abhWCwoTZY2c6
+sha:{SHA}/vNB+F2HQ559kaLUZbmHHvZrXpg=
+ssha:{SSHA}rSC6FONm6jhcU0alALdYRKUMvgBOYUNsMTIzNA==
+plain:{PLAIN}s3cret
+bcrypt:$2a$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW
+";
+
+fn basic(user: &str, pass: &str) -> String {
+    use std::fmt::Write;
+    // Base64 by hand: the test must not trust the code under test to encode.
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let raw = format!("{user}:{pass}");
+    let mut out = String::from("Basic ");
+    for chunk in raw.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let _ = write!(out, "{}", T[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+async fn send(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Got {
+    request(addr, "GET", host, path, headers).await
+}
+
+/// What the auth service saw of each subrequest: method, path, and the fields it checks.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A real external auth service on loopback, deciding by the `Authorization` it is sent.
+async fn auth_service() -> (SocketAddr, Seen) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let log = Arc::clone(&log);
+                    async move {
+                        let h = req.headers();
+                        let field = |n: &str| {
+                            h.get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("-")
+                                .to_string()
+                        };
+                        log.lock().unwrap().push(format!(
+                            "{} {} host={} url={} method={} redirect={} user={}",
+                            req.method(),
+                            req.uri(),
+                            field("host"),
+                            field("x-original-url"),
+                            field("x-original-method"),
+                            field("x-auth-request-redirect"),
+                            field("x-auth-request-user"),
+                        ));
+                        let auth = field("authorization");
+                        let mut r = Response::new(Full::new(Bytes::from_static(b"auth says")));
+                        match auth.as_str() {
+                            "Bearer good" => {
+                                r.headers_mut()
+                                    .insert("x-auth-request-user", "alice".parse().unwrap());
+                                r.headers_mut()
+                                    .insert("set-cookie", "session=fresh".parse().unwrap());
+                            }
+                            "Bearer forbidden" => *r.status_mut() = StatusCode::FORBIDDEN,
+                            "Bearer broken" => *r.status_mut() = StatusCode::BAD_GATEWAY,
+                            "Bearer slow" => tokio::time::sleep(Duration::from_secs(4)).await,
+                            _ => {
+                                *r.status_mut() = StatusCode::UNAUTHORIZED;
+                                r.headers_mut().insert(
+                                    "www-authenticate",
+                                    "Bearer realm=\"test\"".parse().unwrap(),
+                                );
+                                r.headers_mut()
+                                    .insert("set-cookie", "csrf=1".parse().unwrap());
+                            }
+                        }
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn in_namespace(yaml: &str, ns: &str) -> String {
+    yaml.replace("namespace: default", &format!("namespace: {ns}"))
+}
+
+fn secret(name: &str, data: &[(&str, &str)]) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: Opaque\nstringData:\n"
+    );
+    for (k, v) in data {
+        s.push_str(&format!("  {k}: {}\n", serde_json::to_string(v).unwrap()));
+    }
+    s
+}
+
+fn ingress_row(name: &str, ann: &[(&str, &str)]) -> String {
+    let keys: Vec<(String, String)> = ann
+        .iter()
+        .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+        .collect();
+    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    annotated_ingress(
+        name,
+        &format!("{name}.test"),
+        &[("/", "Prefix", "svc")],
+        &ann,
+    )
+}
+
+struct Setup {
+    s: Serving,
+    m: Manifests,
+    seen: Seen,
+    _app: sluice_bench::backend::Backend,
+}
+
+async fn setup() -> Setup {
+    let app = backend("app").await;
+    let (auth, seen) = auth_service().await;
+    // A port nothing listens on: the "gone" auth Service's only endpoint.
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            service("svc"),
+            in_namespace(&service("oauth"), "auth"),
+            in_namespace(&service("gone"), "auth"),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "eps.yaml",
+        &[
+            endpoint_slices("svc", &[app.addr]),
+            in_namespace(&endpoint_slices("oauth", &[auth]), "auth"),
+            in_namespace(&endpoint_slices("gone", &[gone]), "auth"),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "secrets.yaml",
+        &[
+            secret("users", &[("auth", HTPASSWD)]),
+            secret(
+                "map",
+                &[("carol", "{PLAIN}map-pass"), ("dave", "not a hash")],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let ext = "http://oauth.auth.svc.cluster.local/check?from=sluice";
+    let rows = [
+        ingress_row(
+            "basic",
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "users"),
+                ("auth-realm", "staff only"),
+            ],
+        ),
+        ingress_row(
+            "map",
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "default/map"),
+                ("auth-secret-type", "auth-map"),
+            ],
+        ),
+        ingress_row(
+            "missing",
+            &[("auth-type", "basic"), ("auth-secret", "nope")],
+        ),
+        ingress_row(
+            "digest",
+            &[("auth-type", "digest"), ("auth-secret", "users")],
+        ),
+        ingress_row(
+            "ext",
+            &[
+                ("auth-url", ext),
+                ("auth-response-headers", "X-Auth-Request-User"),
+                ("proxy-read-timeout", "1"),
+            ],
+        ),
+        ingress_row(
+            "signin",
+            &[
+                ("auth-url", ext),
+                ("auth-signin", "https://login.test/start"),
+                ("auth-method", "POST"),
+                ("auth-always-set-cookie", "true"),
+            ],
+        ),
+        ingress_row("gone", &[("auth-url", "http://gone.auth.svc:80/check")]),
+        ingress_row(
+            "any-outside",
+            &[
+                ("whitelist-source-range", "10.0.0.0/8"),
+                ("auth-type", "basic"),
+                ("auth-secret", "users"),
+                ("satisfy", "any"),
+            ],
+        ),
+        ingress_row(
+            "any-inside",
+            &[
+                ("whitelist-source-range", "127.0.0.0/8"),
+                ("auth-type", "basic"),
+                ("auth-secret", "users"),
+                ("satisfy", "any"),
+            ],
+        ),
+        ingress_row(
+            "all-outside",
+            &[
+                ("whitelist-source-range", "10.0.0.0/8"),
+                ("auth-type", "basic"),
+                ("auth-secret", "users"),
+            ],
+        ),
+    ];
+    m.write("ing.yaml", &rows.join("---\n"));
+    let s = serve(m.dir.path(), &[]).await;
+    Setup {
+        s,
+        m,
+        seen,
+        _app: app,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_checks_every_htpasswd_scheme_and_fails_closed() {
+    let Setup { s, m, _app: _a, .. } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    let r = send(http, "basic.test", "/", &[]).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.headers["www-authenticate"], "Basic realm=\"staff only\"");
+    assert_eq!(r.backend(), None, "nothing reached the app");
+    for user in ["apr", "md5", "sha256", "des", "sha", "ssha", "plain"] {
+        let ok = basic(user, "s3cret");
+        let r = send(http, "basic.test", "/", &[("authorization", ok.as_str())]).await;
+        assert_eq!(r.status, 200, "{user}");
+        assert_eq!(r.backend(), Some("app"));
+        let bad = basic(user, "s3creT");
+        let r = send(http, "basic.test", "/", &[("authorization", bad.as_str())]).await;
+        assert_eq!(r.status, 401, "{user} with a wrong password");
+    }
+    let bcrypt = basic("bcrypt", "U*U");
+    for _ in 0..3 {
+        let r = send(
+            http,
+            "basic.test",
+            "/",
+            &[("authorization", bcrypt.as_str())],
+        )
+        .await;
+        assert_eq!(r.status, 200, "bcrypt (then remembered)");
+    }
+    for bad in [
+        basic("nobody", "s3cret"),
+        basic("plain", ""),
+        "Basic !!!".to_string(),
+        "Bearer s3cret".to_string(),
+    ] {
+        let r = send(http, "basic.test", "/", &[("authorization", bad.as_str())]).await;
+        assert_eq!(r.status, 401, "{bad}");
+    }
+    // auth-map: one user per key; the unreadable entry is reported, not fatal.
+    let carol = basic("carol", "map-pass");
+    assert_eq!(
+        send(http, "map.test", "/", &[("authorization", carol.as_str())])
+            .await
+            .status,
+        200
+    );
+    let r = send(http, "map.test", "/", &[]).await;
+    assert_eq!(
+        r.headers["www-authenticate"],
+        "Basic realm=\"Authentication Required\""
+    );
+    // A missing Secret, and digest, keep the route closed.
+    let plain = basic("plain", "s3cret");
+    for host in ["missing.test", "digest.test"] {
+        let r = send(http, host, "/", &[("authorization", plain.as_str())]).await;
+        assert_eq!(r.status, 503, "{host}");
+    }
+    let problems = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        problems.contains("Secret default/nope not found"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("dave"),
+        "the bad map entry is named: {problems}"
+    );
+    assert!(problems.contains("digest is not supported"), "{problems}");
+    // The Secret changes: the new password works and the old one stops, without a restart.
+    m.write(
+        "secrets.yaml",
+        &secret("users", &[("auth", "plain:{PLAIN}rotated\n")]),
+    );
+    let rotated = basic("plain", "rotated");
+    let ok = eventually(Duration::from_secs(10), || async {
+        send(
+            http,
+            "basic.test",
+            "/",
+            &[("authorization", rotated.as_str())],
+        )
+        .await
+        .status
+            == 200
+    })
+    .await;
+    assert!(ok, "the rotated password was never accepted");
+    let r = send(
+        http,
+        "basic.test",
+        "/",
+        &[("authorization", plain.as_str())],
+    )
+    .await;
+    assert_eq!(r.status, 401, "the old password is remembered no longer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_auth_answers_as_the_auth_service_decides() {
+    let Setup {
+        s, seen, _app: _a, ..
+    } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    // 2xx: through, with the auth service's header (a client's forged one removed) and cookie.
+    let r = send(
+        http,
+        "ext.test",
+        "/echo?q=1",
+        &[
+            ("authorization", "Bearer good"),
+            ("x-auth-request-user", "mallory"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let body = r.text();
+    assert!(body.contains("x-auth-request-user=alice\n"), "{body}");
+    assert!(!body.contains("mallory"), "{body}");
+    assert_eq!(r.headers["set-cookie"], "session=fresh");
+    let sub = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        sub,
+        "GET /check?from=sluice host=oauth.auth.svc.cluster.local url=http://ext.test/echo?q=1 method=GET redirect=/echo?q=1 user=mallory",
+        "the subrequest carries the original request's fields"
+    );
+    // 401: answered with the auth service's challenge; nothing reaches the app.
+    let r = send(http, "ext.test", "/", &[]).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.headers["www-authenticate"], "Bearer realm=\"test\"");
+    assert_eq!(r.backend(), None);
+    // 403, and a status the auth service should not give (500, as nginx).
+    let status = |token: &'static str| async move {
+        send(http, "ext.test", "/", &[("authorization", token)])
+            .await
+            .status
+            .as_u16()
+    };
+    assert_eq!(status("Bearer forbidden").await, 403);
+    assert_eq!(status("Bearer broken").await, 500);
+    // Too late (proxy-read-timeout 1 s): 500, in about a second.
+    let t = std::time::Instant::now();
+    assert_eq!(status("Bearer slow").await, 500);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // auth-signin: a 401 becomes a redirect carrying the original URL; auth-method is used.
+    let r = send(http, "signin.test", "/a%20b?c=d", &[]).await;
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers["location"],
+        "https://login.test/start?rd=http://signin.test%2Fa%2520b%3Fc%3Dd"
+    );
+    assert_eq!(r.headers["set-cookie"], "csrf=1");
+    let sub = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(sub.starts_with("POST /check?from=sluice "), "{sub}");
+    assert_eq!(status_of(http, "signin.test", "Bearer good").await, 200);
+    // The auth Service's pod is gone: 500 at once, never the app.
+    let t = std::time::Instant::now();
+    let r = send(http, "gone.test", "/", &[("authorization", "Bearer good")]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.backend(), None);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+async fn status_of(http: SocketAddr, host: &str, token: &str) -> u16 {
+    send(http, host, "/", &[("authorization", token)])
+        .await
+        .status
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn satisfy_any_or_all_combines_source_ranges_and_credentials() {
+    let Setup { s, _app: _a, .. } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    let good = basic("plain", "s3cret");
+    let good = good.as_str();
+    // any: outside the range, credentials let the client in; inside, none are needed.
+    assert_eq!(send(http, "any-outside.test", "/", &[]).await.status, 401);
+    assert_eq!(status_of(http, "any-outside.test", good).await, 200);
+    assert_eq!(send(http, "any-inside.test", "/", &[]).await.status, 200);
+    // all (the default): outside the range, credentials do not help.
+    assert_eq!(status_of(http, "all-outside.test", good).await, 403);
+}
