@@ -50,6 +50,41 @@ pub struct RouteEdits {
     /// `satisfy: any`: a client the source ranges admit needs no authentication (default
     /// `all`: both must pass).
     pub satisfy_any: bool,
+    /// `auth-tls-*`: the client certificate the route requires.
+    pub client_cert: Option<ClientCertAuth>,
+}
+
+/// `auth-tls-verify-client`: whether a client certificate is required and checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VerifyClient {
+    /// `on`: a certificate the CA bundle verifies is required.
+    On,
+    /// `optional`: a certificate is asked for; one that is sent must verify.
+    Optional,
+    /// `optional_no_ca`: a certificate is asked for and passed on unverified
+    /// (`ssl-client-verify` says whether it verified).
+    OptionalNoCa,
+}
+
+/// Client certificates a route requires (ingress-nginx's `auth-tls-*`). The TLS handshake of
+/// the route's host asks for a certificate; the route checks what the connection presented.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientCertAuth {
+    /// `ca.crt` of the `auth-tls-secret`: the CAs client certificates must chain to (PEM).
+    pub ca_pem: Vec<u8>,
+    /// The Secret it came from.
+    pub ca_source: ObjectRef,
+    /// `auth-tls-verify-client` (`off` means no `ClientCertAuth` at all).
+    pub verify: VerifyClient,
+    /// `auth-tls-verify-depth` (default 1): certificates allowed above the client's own.
+    pub depth: u32,
+    /// `auth-tls-error-page`: where a client without a valid certificate is redirected (302)
+    /// instead of the 400.
+    pub error_page: Option<String>,
+    /// `auth-tls-pass-certificate-to-upstream`: the PEM goes upstream in `ssl-client-cert`.
+    pub pass_certificate: bool,
+    /// `auth-tls-match-cn`: a regular expression the subject DN must match (else 403).
+    pub match_cn: Option<String>,
 }
 
 /// Authentication a route requires (ingress-nginx's `auth-type` or `auth-url`).

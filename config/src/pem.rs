@@ -29,16 +29,7 @@ pub fn check_pem(cert: Option<&[u8]>, key: Option<&[u8]>) -> Result<CertificateP
     let key = key
         .filter(|k| !k.is_empty())
         .ok_or(PemError::Missing("tls.key"))?;
-    let mut count = 0usize;
-    for c in CertificateDer::pem_slice_iter(cert) {
-        c.map_err(|e| PemError::BadCertificate(e.to_string()))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(PemError::BadCertificate(
-            "no CERTIFICATE block found".to_string(),
-        ));
-    }
+    check_certificates(cert)?;
     PrivateKeyDer::from_pem_slice(key).map_err(|e| {
         PemError::BadKey(format!(
             "{e} (expected an RSA PRIVATE KEY, PRIVATE KEY or EC PRIVATE KEY block)"
@@ -48,4 +39,19 @@ pub fn check_pem(cert: Option<&[u8]>, key: Option<&[u8]>) -> Result<CertificateP
         cert_pem: cert.to_vec(),
         key_pem: key.to_vec(),
     })
+}
+
+/// Checks that PEM data holds at least one `CERTIFICATE` block and that every one decodes.
+pub fn check_certificates(pem: &[u8]) -> Result<(), PemError> {
+    let mut count = 0usize;
+    for c in CertificateDer::pem_slice_iter(pem) {
+        c.map_err(|e| PemError::BadCertificate(e.to_string()))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(PemError::BadCertificate(
+            "no CERTIFICATE block found".to_string(),
+        ));
+    }
+    Ok(())
 }

@@ -236,6 +236,14 @@ pub async fn request(
     }
 }
 
+/// The admin API's `/api/v1/status` of a `sluice serve` (its problem list among it), as text.
+pub async fn status_text(s: &Serving) -> String {
+    get(&client(), s.running.admin_addr, "x", "/api/v1/status")
+        .await
+        .unwrap()
+        .text()
+}
+
 /// Writes a raw request and returns the status line of the answer.
 pub async fn raw_status(addr: SocketAddr, request: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -57,7 +57,8 @@ async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Ba
             ("office-only", &[("allowlist-source-range", "10.0.0.0/8")]),
             ("no-loopback", &[("denylist-source-range", "127.0.0.1/32")]),
             ("typo", &[("whitelist-source-range", "10.0.0.0/88")]),
-            ("auth", &[("auth-url", "http://auth.test/verify")]),
+            // An access annotation sluice does not know (a future ingress-nginx one).
+            ("auth", &[("auth-tomorrow", "on")]),
             ("cors-any", &[("enable-cors", "true")]),
             (
                 "cors-list",
@@ -95,11 +96,9 @@ async fn source_ranges_judge_the_resolved_client() {
     // An unreadable list fails closed, as does access control sluice does not enforce.
     assert_eq!(status("typo.test", &[]).await, 503);
     assert_eq!(status("auth.test", &[]).await, 503);
-    let problems = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text();
+    let problems = status_text(&s).await;
     assert!(problems.contains("10.0.0.0/88"), "{problems}");
+    assert!(problems.contains("auth-tomorrow"), "{problems}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

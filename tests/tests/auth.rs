@@ -338,10 +338,7 @@ async fn basic_auth_checks_every_htpasswd_scheme_and_fails_closed() {
         let r = send(http, host, "/", &[("authorization", plain.as_str())]).await;
         assert_eq!(r.status, 503, "{host}");
     }
-    let problems = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text();
+    let problems = status_text(&s).await;
     assert!(
         problems.contains("Secret default/nope not found"),
         "{problems}"

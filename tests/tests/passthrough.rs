@@ -176,10 +176,7 @@ async fn without_the_flag_the_annotation_is_reported_and_tls_terminated() {
         ),
     );
     let s = serve(m.dir.path(), &[]).await;
-    let status = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text();
+    let status = status_text(&s).await;
     assert!(status.contains("--enable-ssl-passthrough"), "{status}");
     let r = get(&client(), s.running.http_addr.unwrap(), "argo.test", "/")
         .await

@@ -137,12 +137,36 @@ pub const CATALOG: &[Entry] = &[
     ),
     e("auth-signin-redirect-param", Honoured, "default rd"),
     e("auth-snippet", FailsClosed, SNIPPET),
-    e("auth-tls-error-page", FailsClosed, ACCESS),
-    e("auth-tls-match-cn", FailsClosed, ACCESS),
-    e("auth-tls-pass-certificate-to-upstream", FailsClosed, ACCESS),
-    e("auth-tls-secret", FailsClosed, ACCESS),
-    e("auth-tls-verify-client", FailsClosed, ACCESS),
-    e("auth-tls-verify-depth", FailsClosed, ACCESS),
+    e(
+        "auth-tls-error-page",
+        Differs,
+        "a client without a certificate is redirected (302); one whose certificate does not verify fails the TLS handshake",
+    ),
+    e(
+        "auth-tls-match-cn",
+        Honoured,
+        "a regular expression on the subject DN (RFC 2253); 403 otherwise",
+    ),
+    e(
+        "auth-tls-pass-certificate-to-upstream",
+        Honoured,
+        "ssl-client-cert (URL-encoded PEM); ssl-client-verify and the DNs are always sent, a client's own copies removed",
+    ),
+    e(
+        "auth-tls-secret",
+        Honoured,
+        "NAMESPACE/NAME or NAME, key ca.crt; the handshake of the route's host asks for a certificate; a missing Secret, or one with a ca.crl (no revocation checks), answers 503",
+    ),
+    e(
+        "auth-tls-verify-client",
+        Differs,
+        "on (default): none is a 400; a certificate the CAs do not verify fails the TLS handshake instead of nginx's 400 page; optional, optional_no_ca and off as nginx",
+    ),
+    e(
+        "auth-tls-verify-depth",
+        Differs,
+        "counts the certificates a client sends above its own (default 1: none)",
+    ),
     e(
         "auth-type",
         Honoured,
@@ -462,6 +486,16 @@ pub fn lookup(key: &str) -> Option<Result<&'static Entry, &str>> {
             .find(|e| e.name == name && (e.nginx || !nginx))
             .ok_or(name),
     )
+}
+
+/// Whether an annotation sluice does not know is, by its name, about who may reach a backend
+/// (a future ingress-nginx `auth-*`, `limit-*` or `*-source-range`): such an annotation fails
+/// closed rather than be ignored.
+pub fn access_like(name: &str) -> bool {
+    name.starts_with("auth-")
+        || name.starts_with("limit-")
+        || name.ends_with("-source-range")
+        || name == "satisfy"
 }
 
 /// The README's migration table: every ingress-nginx annotation, what sluice does, and how.

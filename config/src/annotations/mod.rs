@@ -65,25 +65,17 @@ pub const PROXY_NEXT_UPSTREAM_TRIES: [&str; 2] = [
 ];
 
 /// The access-control annotations (ingress-nginx's, under either prefix) sluice does not
-/// enforce: client certificates (`auth-tls-*`), `auth-snippet` (never executed),
-/// `auth-proxy-set-headers` (headers from a ConfigMap the auth service may rely on), and the
-/// response bandwidth limits. An Ingress carrying any is served closed (503), never open.
-/// Returns the keys found.
+/// enforce: the catalog's `fails closed` entries (`auth-snippet`, never executed;
+/// `auth-proxy-set-headers`; the response bandwidth limits) and any annotation sluice does not
+/// know whose name says it is about access ([`catalog::access_like`]). An Ingress carrying any
+/// is served closed (503), never open. Returns the keys found.
 pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
     a.keys()
         .map(String::as_str)
-        .filter(|k| {
-            let Some(name) = k
-                .strip_prefix("nginx.ingress.kubernetes.io/")
-                .or_else(|| k.strip_prefix("sluice.dev/"))
-            else {
-                return false;
-            };
-            name.starts_with("auth-tls-")
-                || matches!(
-                    name,
-                    "auth-snippet" | "auth-proxy-set-headers" | "limit-rate" | "limit-rate-after"
-                )
+        .filter(|k| match catalog::lookup(k) {
+            None => false,
+            Some(Ok(e)) => e.support == catalog::Support::FailsClosed,
+            Some(Err(name)) => catalog::access_like(name),
         })
         .collect()
 }
@@ -377,16 +369,20 @@ mod tests {
                 "true".to_string(),
             ),
             ("example.com/auth-url".to_string(), "x".to_string()),
+            (
+                "nginx.ingress.kubernetes.io/auth-tomorrow".to_string(),
+                "x".to_string(),
+            ),
         ]);
         let mut found = unenforced_access(&a);
         found.sort_unstable();
         assert_eq!(
             found,
             [
-                "nginx.ingress.kubernetes.io/limit-rate",
-                "sluice.dev/auth-tls-secret"
+                "nginx.ingress.kubernetes.io/auth-tomorrow",
+                "nginx.ingress.kubernetes.io/limit-rate"
             ],
-            "source ranges and auth-url are enforced, so not listed"
+            "source ranges, auth-url and auth-tls are enforced, so not listed; an unknown auth- one is"
         );
         assert!(
             unenforced_access(&ann("nginx.ingress.kubernetes.io/rewrite-target", "/")).is_empty()

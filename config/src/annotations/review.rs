@@ -125,6 +125,9 @@ pub fn review(a: &BTreeMap<String, String>) -> Vec<Finding> {
     a.keys()
         .filter_map(|key| {
             let verdict = match catalog::lookup(key)? {
+                Err(name) if catalog::access_like(name) => Verdict::FailsClosed(format!(
+                    "sluice does not know {name:?}, which reads as access control: the Ingress answers 503"
+                )),
                 Err(name) => Verdict::Unsupported(format!("sluice does not know {name:?}")),
                 Ok(_) if errors.contains_key(key.as_str()) => {
                     Verdict::Invalid(errors[key.as_str()].clone())
@@ -159,7 +162,10 @@ mod tests {
                 "nginx.ingress.kubernetes.io/configuration-snippet",
                 "more_set_headers x;",
             ),
-            ("nginx.ingress.kubernetes.io/auth-tls-secret", "default/ca"),
+            (
+                "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
+                "default/h",
+            ),
             ("nginx.ingress.kubernetes.io/proxy-body-size", "lots"),
             ("nginx.ingress.kubernetes.io/made-up", "1"),
             ("sluice.dev/hsts", "true"),
@@ -181,7 +187,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("auth-tls-secret", "fails closed"),
+                ("auth-proxy-set-headers", "fails closed"),
                 ("configuration-snippet", "refused"),
                 ("made-up", "unsupported"),
                 ("mirror-host", "unsupported"),

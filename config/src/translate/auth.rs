@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, ServiceBackendPort};
 
-use crate::annotations::auth::{self, AuthSpec};
-use crate::behaviour::{Auth, BasicAuth, ExternalAuth};
+use crate::annotations::auth::{self, AuthSpec, ClientCertSpec};
+use crate::behaviour::{Auth, BasicAuth, ClientCertAuth, ExternalAuth};
 use crate::htpasswd::Users;
 use crate::model::{ObjectRef, RouteAction, Severity};
 use crate::world::World;
@@ -109,4 +109,64 @@ pub(super) fn resolve(
             })))
         }
     }
+}
+
+/// Resolves the Ingress's `auth-tls-*`: the CA bundle from the Secret's `ca.crt`. `Err`: the
+/// route must stay closed (reported already). A `ca.crl` is refused: sluice does not check
+/// revocation, and ignoring the list would admit the certificates it revokes.
+pub(super) fn client_cert(
+    ing: &Ingress,
+    src: &ObjectRef,
+    world: &World,
+    p: &mut Problems,
+) -> Result<Option<ClientCertAuth>, String> {
+    let Ok(spec) = auth::client_cert(annotations_of(ing)) else {
+        return Err("client certificate annotations cannot be read".into());
+    };
+    let Some(ClientCertSpec {
+        secret,
+        verify,
+        depth,
+        error_page,
+        pass_certificate,
+        match_cn,
+    }) = spec
+    else {
+        return Ok(None);
+    };
+    let ns = secret.namespace.unwrap_or_else(|| src.namespace.clone());
+    let sref = ObjectRef::new("Secret", &ns, &secret.name);
+    let mut fail = |reason: &'static str, why: String| {
+        let msg = format!("auth-tls-secret: {sref} {why}; the routes answer 503");
+        p.report(Severity::Error, reason, src, FIELD, &msg);
+        msg
+    };
+    let Some(s) = world.secrets.get(&(ns.clone(), secret.name.clone())) else {
+        return Err(fail("AuthSecretNotFound", "not found".into()));
+    };
+    if secret_data(s, "ca.crl").is_some_and(|c| !c.is_empty()) {
+        return Err(fail(
+            "UnsupportedCRL",
+            "has a ca.crl: sluice does not check revocation lists".into(),
+        ));
+    }
+    let Some(ca) = secret_data(s, "ca.crt").filter(|c| !c.is_empty()) else {
+        return Err(fail("InvalidAuthSecret", "has no key \"ca.crt\"".into()));
+    };
+    if let Err(e) = crate::pem::check_certificates(ca) {
+        let why = match e {
+            crate::pem::PemError::BadCertificate(m) => m,
+            other => other.to_string(),
+        };
+        return Err(fail("InvalidAuthSecret", format!("ca.crt: {why}")));
+    }
+    Ok(Some(ClientCertAuth {
+        ca_pem: ca.to_vec(),
+        ca_source: sref,
+        verify,
+        depth,
+        error_page,
+        pass_certificate,
+        match_cn,
+    }))
 }

@@ -251,8 +251,13 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let mut locked = options::fail_closed(ing, &src, &mut problems);
         if locked.is_none() {
-            match auth::resolve(ing, &src, world, &mut backends, &mut problems) {
-                Ok(a) => options.edits.auth = a,
+            let resolved =
+                auth::resolve(ing, &src, world, &mut backends, &mut problems).and_then(|a| {
+                    options.edits.auth = a;
+                    auth::client_cert(ing, &src, world, &mut problems)
+                });
+            match resolved {
+                Ok(c) => options.edits.client_cert = c,
                 Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
             }
         }

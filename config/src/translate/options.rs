@@ -79,6 +79,7 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
         access::cors(ann).err(),
         auth::auth(ann).err(),
         auth::satisfy_any(ann).err(),
+        auth::client_cert(ann).err(),
     ]
     .into_iter()
     .flatten()
@@ -196,6 +197,7 @@ pub(super) fn route_options(
         // Set by `translate::auth`, which needs the world; unreadable values lock the Ingress.
         auth: None,
         satisfy_any: auth::satisfy_any(ann).unwrap_or(false),
+        client_cert: None,
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

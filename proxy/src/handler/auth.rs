@@ -3,14 +3,16 @@
 //! client's (ingress-nginx's statuses: 2xx passes, 401 answers or redirects to `auth-signin`,
 //! 403 answers, anything else is 500).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
 use crate::handler::local::Local;
+use crate::state::auth::client_cert::{ClientAuth, Judged};
 use crate::state::auth::external::{External, Passed};
 use crate::state::auth::{Gate, basic::Basic};
 use crate::upstream::body::RespBody;
@@ -48,6 +50,59 @@ pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> 
         }
         Gate::External(e) => external(e, req, cx).await,
     }
+}
+
+/// The `ssl-client-*` fields ingress-nginx sends upstream on `auth-tls` routes.
+const CERT_FIELDS: [&str; 4] = [
+    "ssl-client-verify",
+    "ssl-client-subject-dn",
+    "ssl-client-issuer-dn",
+    "ssl-client-cert",
+];
+
+/// Checks the connection's client certificate against the route's rules: the answer (400, or
+/// a 302 to `auth-tls-error-page`; 403 for `auth-tls-match-cn`), or the `ssl-client-*` fields
+/// to send upstream (a client's own copies are always removed).
+pub(crate) fn client_cert(rules: &Arc<ClientAuth>, conn: &ConnInfo) -> Verdict {
+    let presented = conn.client_cert.as_deref();
+    let refuse = |local: Local<'_>| match &rules.error_page {
+        Some(location) => Verdict::Answer(
+            Local::Redirect {
+                status: StatusCode::FOUND,
+                location,
+            }
+            .response(),
+        ),
+        None => Verdict::Answer(local.response()),
+    };
+    let status = match rules.judge(presented) {
+        Judged::Pass(status) => status,
+        Judged::Missing => return refuse(Local::CertificateMissing),
+        Judged::Invalid => return refuse(Local::CertificateInvalid),
+        Judged::NameRefused => return Verdict::Answer(Local::Forbidden.response()),
+    };
+    let mut fields = vec![(
+        HeaderName::from_static(CERT_FIELDS[0]),
+        HeaderValue::from_static(status),
+    )];
+    if let Some(c) = presented {
+        for (name, value) in [(CERT_FIELDS[1], &c.subject), (CERT_FIELDS[2], &c.issuer)] {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                fields.push((HeaderName::from_static(name), v));
+            }
+        }
+        if rules.pass_certificate
+            && let Some(pem) = &c.escaped_pem
+        {
+            fields.push((HeaderName::from_static(CERT_FIELDS[3]), pem.clone()));
+        }
+    }
+    Verdict::Pass(Some(Passed {
+        fields,
+        names: CERT_FIELDS.map(HeaderName::from_static).to_vec(),
+        cookies: Vec::new(),
+        always_set_cookie: false,
+    }))
 }
 
 /// 401 with the route's `WWW-Authenticate: Basic realm="…"`.

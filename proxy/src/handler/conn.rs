@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use http::HeaderValue;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use crate::state::auth::client_cert::ClientCert;
 use crate::wire::forwarded::ProxyHeaders;
 
 /// Facts about the client connection a request arrived on.
@@ -28,6 +29,8 @@ pub struct ConnInfo {
     /// The connection's place under `--max-connections` and in the drain (none in tests that
     /// build a `ConnInfo` by hand).
     pub slot: Option<Slot>,
+    /// The certificate the client presented in the TLS handshake (only on hosts that ask).
+    pub client_cert: Option<Arc<ClientCert>>,
 }
 
 /// A client connection's place under `--max-connections`, shared by whatever serves it: the
@@ -99,7 +102,15 @@ impl ConnInfo {
             local_port: HeaderValue::from(local.port()),
             trusted,
             slot: None,
+            client_cert: None,
         }
+    }
+
+    /// The same facts with the certificate the client presented.
+    #[must_use]
+    pub fn with_client_cert(mut self, cert: ClientCert) -> Self {
+        self.client_cert = Some(Arc::new(cert));
+        self
     }
 
     /// The same facts with the connection's slot.

@@ -255,6 +255,13 @@ async fn route(
         }
         .response();
     }
+    let cert_fields = match &action.client_cert {
+        Some(rules) => match auth::client_cert(rules, conn) {
+            auth::Verdict::Pass(fields) => fields,
+            auth::Verdict::Answer(answer) => return answer,
+        },
+        None => None,
+    };
     let mut cors_origin = None;
     let client =
         || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
@@ -357,7 +364,7 @@ async fn route(
     if let Some(e) = edits {
         e.apply(&mut parts);
     }
-    if let Some(p) = &passed {
+    for p in [&cert_fields, &passed].into_iter().flatten() {
         p.apply(&mut parts.headers);
     }
     let h = &mut parts.headers;

@@ -62,6 +62,12 @@ pub(crate) enum Local<'a> {
     Forbidden,
     /// Authentication is required (`auth-type`, `auth-url`); the caller adds the challenge.
     Unauthorized,
+    /// `auth-tls-verify-client: on` and the connection presented no certificate (nginx's 496,
+    /// sent as 400).
+    CertificateMissing,
+    /// The connection's certificate does not verify against the route's CAs (nginx's 495,
+    /// sent as 400).
+    CertificateInvalid,
     /// Over an Ingress's request limits (`--limit-req-status-code`).
     Limited(StatusCode),
     /// A CORS preflight answered by sluice (`enable-cors`).
@@ -142,6 +148,16 @@ impl Local<'_> {
             Local::Redirect { status, .. } => row(status, "", false),
             Local::Forbidden => row(S::FORBIDDEN, "403 Forbidden\n", false),
             Local::Unauthorized => row(S::UNAUTHORIZED, "401 Unauthorized\n", false),
+            Local::CertificateMissing => row(
+                S::BAD_REQUEST,
+                "400 Bad Request: No required SSL certificate was sent\n",
+                false,
+            ),
+            Local::CertificateInvalid => row(
+                S::BAD_REQUEST,
+                "400 Bad Request: The SSL certificate error\n",
+                false,
+            ),
             Local::Limited(status) => Row {
                 status,
                 body: Bytes::from(format!(
@@ -290,6 +306,8 @@ mod tests {
             (Local::Connect, 405, false),
             (Local::NoRoute, 404, false),
             (Local::Unauthorized, 401, false),
+            (Local::CertificateMissing, 400, false),
+            (Local::CertificateInvalid, 400, false),
             (
                 Local::Failed {
                     status: StatusCode::INTERNAL_SERVER_ERROR,

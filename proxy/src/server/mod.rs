@@ -31,8 +31,10 @@ use hyper::body::Incoming;
 use crate::handler::{ConnInfo, Slot, handle};
 use crate::io::activity::{Activity, SendDeadline, Watched};
 use crate::io::prefixed::Prefixed;
+use crate::state::auth::client_cert::{ClientAuth, ClientCert};
 use crate::state::dataplane::DataPlane;
 use fastpath::{FastPath, Outcome};
+use sluice_config::behaviour::VerifyClient;
 
 /// Listener options.
 #[derive(Debug, Clone)]
@@ -125,6 +127,7 @@ impl Server {
             graceful: Arc::clone(&self.graceful),
             limit: Arc::clone(&self.limit),
             tls,
+            client_auth: Arc::default(),
             builder: Arc::new(builder(&self.opts)),
             close_idle: self.close_idle.subscribe(),
             deadline: self.deadline.subscribe(),
@@ -201,6 +204,7 @@ struct AcceptCtx {
     graceful: Arc<GracefulShutdown>,
     limit: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
+    client_auth: Arc<tls::ClientAuthAcceptors>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     close_idle: watch::Receiver<bool>,
     deadline: watch::Receiver<bool>,
@@ -250,6 +254,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
         let conn_ctx = ConnCtx {
             dp: Arc::clone(&ctx.dp),
             tls: ctx.tls.clone(),
+            client_auth: Arc::clone(&ctx.client_auth),
             builder: Arc::clone(&ctx.builder),
             handshake_timeout: ctx.opts.tls_handshake_timeout,
             header_read_timeout: ctx.opts.header_read_timeout,
@@ -309,43 +314,69 @@ async fn serve_accepted<S>(
         )
         .with_slot(slot),
     );
-    match &ctx.tls {
-        None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
-        Some(_) if ctx.ssl_passthrough && ctx.dp.routes().has_passthrough() => {
-            let mut stream = stream;
-            let accepted = std::time::Instant::now();
-            let Some((hello, name)) =
-                passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
-            else {
-                ctx.dp.handshakes.timeout();
-                return;
-            };
-            let table = ctx.dp.routes();
-            if let Some(cluster) = name.as_deref().and_then(|n| table.passthrough(n)) {
-                drop(table);
-                let guard = info.slot.as_ref().map(crate::handler::Slot::tunnel);
-                let s = &ctx.dp.settings;
-                let timeouts = (s.upstream.connect_timeout, s.tunnel_idle_timeout);
-                passthrough::tunnel(stream, hello, cluster, timeouts, guard).await;
-                return;
-            }
-            drop(table);
-            let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
-            terminate(
-                Prefixed::new(hello, stream),
-                info,
-                ctx,
-                watcher,
-                accepted,
-                remaining,
-            )
-            .await;
-        }
-        Some(_) => {
-            let accepted = std::time::Instant::now();
-            terminate(stream, info, ctx, watcher, accepted, ctx.handshake_timeout).await;
-        }
+    let Some(base) = &ctx.tls else {
+        serve_conn(stream, info, ctx, watcher, ctx.fast_path).await;
+        return;
+    };
+    let accepted = std::time::Instant::now();
+    let peek = {
+        let table = ctx.dp.routes();
+        (ctx.ssl_passthrough && table.has_passthrough()) || table.has_client_auth()
+    };
+    if !peek {
+        let tls = (base, None);
+        terminate(
+            stream,
+            info,
+            ctx,
+            watcher,
+            accepted,
+            ctx.handshake_timeout,
+            tls,
+        )
+        .await;
+        return;
     }
+    // Some host is passed through or asks for client certificates: read the ClientHello's
+    // server name first.
+    let mut stream = stream;
+    let Some((hello, name)) = passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
+    else {
+        ctx.dp.handshakes.timeout();
+        return;
+    };
+    let table = ctx.dp.routes();
+    if ctx.ssl_passthrough
+        && let Some(cluster) = name.as_deref().and_then(|n| table.passthrough(n))
+    {
+        drop(table);
+        let guard = info.slot.as_ref().map(crate::handler::Slot::tunnel);
+        let s = &ctx.dp.settings;
+        let timeouts = (s.upstream.connect_timeout, s.tunnel_idle_timeout);
+        passthrough::tunnel(stream, hello, cluster, timeouts, guard).await;
+        return;
+    }
+    let host_auth = name.as_deref().and_then(|n| table.client_auth(n)).cloned();
+    let acceptor = host_auth.as_ref().and_then(|a| {
+        ctx.client_auth
+            .get(a, base, |k| table.has_client_auth_rules(k))
+    });
+    drop(table);
+    let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
+    let tls = match &acceptor {
+        Some(a) => (a, host_auth),
+        None => (base, None),
+    };
+    terminate(
+        Prefixed::new(hello, stream),
+        info,
+        ctx,
+        watcher,
+        accepted,
+        remaining,
+        tls,
+    )
+    .await;
 }
 
 /// sluice's own TLS on an accepted stream, then [`serve_conn`].
@@ -356,15 +387,26 @@ async fn terminate<S>(
     watcher: Watcher,
     accepted: std::time::Instant,
     handshake_timeout: Duration,
+    (acceptor, host_auth): (&TlsAcceptor, Option<Arc<ClientAuth>>),
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(acceptor) = &ctx.tls else { return };
     let client = info.remote;
     match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => {
             let hs = &ctx.dp.handshakes;
             hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
+            let info = match (host_auth, tls.get_ref().1.peer_certificates()) {
+                (Some(auth), Some(chain)) => {
+                    let chain: Vec<_> = chain.iter().map(|c| c.clone().into_owned()).collect();
+                    // Verified in the handshake, unless `optional_no_ca` let it through anyway.
+                    let verified =
+                        auth.verify != VerifyClient::OptionalNoCa || auth.verifies(&chain);
+                    let cert = ClientCert::read(chain, verified.then_some(auth));
+                    Arc::new(ConnInfo::clone(&info).with_client_cert(cert))
+                }
+                _ => info,
+            };
             // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
             let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
             serve_conn(tls, info, ctx, watcher, fast).await;
@@ -381,6 +423,7 @@ async fn terminate<S>(
 struct ConnCtx {
     dp: Arc<DataPlane>,
     tls: Option<TlsAcceptor>,
+    client_auth: Arc<tls::ClientAuthAcceptors>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     handshake_timeout: Duration,
     header_read_timeout: Duration,

@@ -1,16 +1,23 @@
 //! TLS termination: one rustls server config built once for every TLS listener, whose
 //! certificate resolver reads the swappable [`CertStore`]. The session-ticket key lives in the
-//! server config and so survives every certificate swap.
+//! server config and so survives every certificate swap. Hosts that ask for client
+//! certificates (`auth-tls-*`) get a config of their own, made from that one with the host's
+//! verifier ([`client_auth_config`]); the listener picks it by the ClientHello's server name.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{ServerConfig, version};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme, version};
+use sluice_config::behaviour::VerifyClient;
 use sluice_config::host::{HostBuf, normalize_request_host};
 
 use crate::crypto::{backend, provider};
+use crate::state::auth::client_cert::ClientAuth;
 use crate::state::certs::CertStore;
 
 /// The rustls resolver over the swappable store.
@@ -60,4 +67,141 @@ pub fn server_config(
         cfg.send_tls13_tickets = 0;
     }
     Ok(Arc::new(cfg))
+}
+
+/// A host's client-certificate verifier: asks for a certificate without requiring one (a
+/// missing one is the route's 400, as in nginx), verifies a presented chain against the host's
+/// CAs and depth, and under `optional_no_ca` accepts a chain that does not verify (the route
+/// then sends `ssl-client-verify: FAILED`). Signatures are always checked: the client must
+/// hold the key of the certificate it presents.
+#[derive(Debug)]
+pub struct HostVerifier {
+    /// The host's rules.
+    pub auth: Arc<ClientAuth>,
+}
+
+impl ClientCertVerifier for HostVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.auth.verifier.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = if self.auth.within_depth(intermediates.len()) {
+            self.auth
+                .verifier
+                .verify_client_cert(end_entity, intermediates, now)
+        } else {
+            Err(rustls::Error::General(
+                "client certificate chain longer than auth-tls-verify-depth".into(),
+            ))
+        };
+        match verified {
+            Err(_) if self.auth.verify == VerifyClient::OptionalNoCa => {
+                Ok(ClientCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.auth
+            .verifier
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.auth
+            .verifier
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.auth.verifier.supported_verify_schemes()
+    }
+}
+
+/// The config of a host that asks for client certificates: `base`'s certificates and ALPN with
+/// the host's verifier. No session resumption: a resumed session would skip the certificate
+/// check the route relies on being fresh for this host's CAs.
+pub fn client_auth_config(
+    base: &ServerConfig,
+    auth: Arc<ClientAuth>,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
+        .with_protocol_versions(&[&version::TLS13, &version::TLS12])?
+        .with_client_cert_verifier(Arc::new(HostVerifier { auth }))
+        .with_cert_resolver(Arc::clone(&base.cert_resolver));
+    cfg.alpn_protocols = base.alpn_protocols.clone();
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    cfg.send_tls13_tickets = 0;
+    Ok(Arc::new(cfg))
+}
+
+/// A listener's acceptors for hosts that ask for client certificates, one per host rules,
+/// built on a host's first handshake after its rules changed. Looked up without a lock; an
+/// acceptor whose rules left the route table is dropped when the next one is built.
+#[derive(Default)]
+pub struct ClientAuthAcceptors(ArcSwap<Vec<(Arc<ClientAuth>, tokio_rustls::TlsAcceptor)>>);
+
+impl std::fmt::Debug for ClientAuthAcceptors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientAuthAcceptors({} hosts)", self.0.load().len())
+    }
+}
+
+impl ClientAuthAcceptors {
+    /// The acceptor for `auth`, made from `base`'s config; `live` says which rules the current
+    /// route table still holds. `None` if rustls refused the config (the handshake then asks
+    /// for no certificate and the route refuses the request).
+    pub fn get(
+        &self,
+        auth: &Arc<ClientAuth>,
+        base: &tokio_rustls::TlsAcceptor,
+        live: impl Fn(&Arc<ClientAuth>) -> bool,
+    ) -> Option<tokio_rustls::TlsAcceptor> {
+        if let Some((_, a)) = self.0.load().iter().find(|(k, _)| Arc::ptr_eq(k, auth)) {
+            return Some(a.clone());
+        }
+        let cfg = match client_auth_config(base.config(), Arc::clone(auth)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "client certificate config refused");
+                return None;
+            }
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+        self.0.rcu(|current| {
+            let mut next: Vec<_> = current
+                .iter()
+                .filter(|(k, _)| live(k) && !Arc::ptr_eq(k, auth))
+                .cloned()
+                .collect();
+            next.push((Arc::clone(auth), acceptor.clone()));
+            next
+        });
+        Some(acceptor)
+    }
 }

@@ -6,10 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use sluice_config::behaviour::RateLimits;
-use sluice_config::{ClusterKey, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot};
+use sluice_config::behaviour::{ClientCertAuth, RateLimits};
+use sluice_config::{
+    ClusterKey, HostMatch, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot,
+};
 
 use crate::state::auth::Gate;
+use crate::state::auth::client_cert::ClientAuth;
 use crate::state::edits::{CanaryRule, Edits};
 use crate::state::limits::{InFlight, Limiter, OverLimit};
 use crate::telemetry::access::RouteSeen;
@@ -58,6 +61,8 @@ pub struct Action {
     pub limiter: Option<Arc<Limiter>>,
     /// `auth-type: basic` or `auth-url`.
     pub auth: Option<Box<Gate>>,
+    /// `auth-tls-*`: the client certificate the route requires.
+    pub client_cert: Option<Arc<ClientAuth>>,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
@@ -93,6 +98,8 @@ pub struct RouteTable {
     default: Option<Action>,
     /// SSL passthrough hosts and their pools.
     passthrough: HashMap<Box<str>, Arc<Cluster>>,
+    /// Hosts (`*.suffix` for wildcards) whose TLS handshake asks for a client certificate.
+    client_auth: HashMap<Box<str>, Arc<ClientAuth>>,
     /// Request limiters by Ingress and settings, handed to the next table so that a
     /// configuration change does not give every client a fresh allowance.
     limiters: Limiters,
@@ -109,9 +116,21 @@ struct Compiling<'a> {
     metrics: &'a Metrics,
     previous: &'a Limiters,
     limiters: Limiters,
+    /// Client-certificate rules compiled once per distinct setting.
+    client_auths: HashMap<ClientCertAuth, Arc<ClientAuth>>,
 }
 
 impl Compiling<'_> {
+    /// The compiled client-certificate rules for `c`, built once per distinct setting.
+    fn client_auth(&mut self, c: &ClientCertAuth) -> Result<Arc<ClientAuth>, String> {
+        if let Some(a) = self.client_auths.get(c) {
+            return Ok(Arc::clone(a));
+        }
+        let a = Arc::new(ClientAuth::compile(c)?);
+        self.client_auths.insert(c.clone(), Arc::clone(&a));
+        Ok(a)
+    }
+
     /// The limiter of an Ingress: the previous table's while its settings stay.
     fn limiter(&mut self, source: &ObjectRef, l: &RateLimits) -> Arc<Limiter> {
         let key = (source.clone(), l.clone());
@@ -185,6 +204,16 @@ fn compile_action(
             None,
         ),
     };
+    let (target, client_cert) = match &r.options.edits.client_cert {
+        None => (target, None),
+        Some(c) => match cx.client_auth(c) {
+            Ok(a) => (target, Some(a)),
+            Err(why) => (
+                Target::Unavailable(Arc::from(format!("Ingress {ingress}: {why}"))),
+                None,
+            ),
+        },
+    };
     let edits = Edits::compile(&r.options.edits, &r.path);
     // Limits count per Ingress: every route of one Ingress shares its limiter.
     let limiter = r
@@ -203,6 +232,7 @@ fn compile_action(
         },
         limiter,
         auth,
+        client_cert,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
         edits,
@@ -225,6 +255,7 @@ impl RouteTable {
             actions: Vec::new(),
             default: None,
             passthrough: HashMap::new(),
+            client_auth: HashMap::new(),
             limiters: Limiters::new(),
             generation: 0,
         }
@@ -244,8 +275,9 @@ impl RouteTable {
             metrics,
             previous: &previous.limiters,
             limiters: HashMap::new(),
+            client_auths: HashMap::new(),
         };
-        let actions = snapshot
+        let actions: Vec<Vec<Action>> = snapshot
             .virtual_hosts()
             .iter()
             .map(|vh| {
@@ -269,14 +301,49 @@ impl RouteTable {
                 RouteAction::Unavailable(_) => None,
             })
             .collect();
+        // The hosts whose handshake asks for a client certificate: the first route of a host
+        // with rules decides which CAs are hinted (every route still checks its own).
+        let mut client_auth = HashMap::new();
+        for (vh, acts) in snapshot.virtual_hosts().iter().zip(&actions) {
+            let key = match &vh.host {
+                HostMatch::Exact(h) => h.clone(),
+                HostMatch::Wildcard(suffix) => format!("*{suffix}"),
+                HostMatch::Any => continue,
+            };
+            if let Some(c) = acts.iter().find_map(|a| a.client_cert.as_ref()) {
+                client_auth
+                    .entry(key.into_boxed_str())
+                    .or_insert_with(|| Arc::clone(c));
+            }
+        }
         Self {
             snapshot,
             actions,
             default,
             passthrough,
+            client_auth,
             limiters: cx.limiters,
             generation,
         }
+    }
+
+    /// Whether any host asks for client certificates (only then is a ClientHello read first).
+    pub fn has_client_auth(&self) -> bool {
+        !self.client_auth.is_empty()
+    }
+
+    /// Whether `rules` are some host's in this table (older ones may be forgotten).
+    pub fn has_client_auth_rules(&self, rules: &Arc<ClientAuth>) -> bool {
+        self.client_auth.values().any(|r| Arc::ptr_eq(r, rules))
+    }
+
+    /// The client-certificate rules of a server name: its exact host, else its one-label
+    /// wildcard.
+    pub fn client_auth(&self, host: &str) -> Option<&Arc<ClientAuth>> {
+        self.client_auth.get(host).or_else(|| {
+            let dot = host.find('.')?;
+            self.client_auth.get(format!("*{}", &host[dot..]).as_str())
+        })
     }
 
     /// Whether any host is an SSL passthrough host (only then is a ClientHello read first).

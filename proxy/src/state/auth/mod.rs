@@ -1,9 +1,10 @@
-//! Authentication at the edge: ingress-nginx's `auth-type: basic` ([`basic`]) and `auth-url`
-//! ([`external`]), compiled per route into a [`Gate`] the general handler (`handler::auth`)
+//! Authentication at the edge: ingress-nginx's `auth-type: basic` ([`basic`]), `auth-url`
+//! ([`external`]) and client certificates ([`client_cert`]), compiled per route into a [`Gate`] the general handler (`handler::auth`)
 //! asks before it forwards. A gate that cannot be compiled leaves its route answering 503,
 //! never open.
 
 pub mod basic;
+pub mod client_cert;
 pub mod external;
 mod password;
 

@@ -1,0 +1,286 @@
+//! Client certificates (`auth-tls-*`) through `sluice serve` with real TLS handshakes: a client
+//! certificate the CA signed passes and its names reach the upstream, a stranger's or none is
+//! refused per `auth-tls-verify-client`, `auth-tls-match-cn` and `auth-tls-error-page` apply,
+//! a client cannot dodge the check by naming another host in its ClientHello or forge the
+//! `ssl-client-*` fields, and a CA Secret that is missing or carries a revocation list keeps the
+//! route closed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls::ClientConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sluice_tests::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const N: &str = "nginx.ingress.kubernetes.io/";
+
+const HOSTS: [&str; 8] = [
+    "on.test",
+    "optional.test",
+    "noca.test",
+    "named.test",
+    "page.test",
+    "open.test",
+    "missing.test",
+    "crl.test",
+];
+
+/// A client's certificate chain and key.
+struct Identity {
+    chain: Vec<CertificateDer<'static>>,
+    key_pem: String,
+}
+
+struct Pki {
+    ca_pem: String,
+    member: Identity,
+    stranger: Identity,
+}
+
+fn pki() -> Pki {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "Test Client CA");
+    let ca = params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(params, ca_key);
+    let client = |cn: &str, issuer: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = match issuer {
+            Some(i) => p.signed_by(&key, i).unwrap(),
+            None => p.self_signed(&key).unwrap(),
+        };
+        Identity {
+            chain: vec![cert.der().clone()],
+            key_pem: key.serialize_pem(),
+        }
+    };
+    Pki {
+        ca_pem: ca.pem(),
+        member: client("client-1", Some(&issuer)),
+        stranger: client("client-1", None),
+    }
+}
+
+fn client_config(server_cert: &str, identity: Option<&Identity>) -> Arc<ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(server_cert.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let b = ClientConfig::builder_with_provider(Arc::new(sluice_proxy::crypto::provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let cfg = match identity {
+        Some(id) => b
+            .with_client_auth_cert(
+                id.chain.clone(),
+                PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => b.with_no_client_auth(),
+    };
+    Arc::new(cfg)
+}
+
+/// One request over a fresh TLS connection (SNI `sni`, `Host: host`): the status, or `None`
+/// when the handshake failed; and the body.
+async fn fetch(
+    addr: SocketAddr,
+    cfg: &Arc<ClientConfig>,
+    sni: &str,
+    host: &str,
+    extra: &str,
+) -> (Option<u16>, String) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from(sni.to_string()).unwrap();
+    let Ok(mut tls) = tokio_rustls::TlsConnector::from(Arc::clone(cfg))
+        .connect(name, tcp)
+        .await
+    else {
+        return (None, String::new());
+    };
+    let req = format!("GET /echo HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
+    if tls.write_all(req.as_bytes()).await.is_err() {
+        return (None, String::new());
+    }
+    let mut out = Vec::new();
+    // TLS 1.3 reports a refused certificate after the handshake: as a failed read.
+    if tls.read_to_end(&mut out).await.is_err() && out.is_empty() {
+        return (None, String::new());
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse::<u16>().ok());
+    (status, text)
+}
+
+fn row(name: &str, ann: &[(&str, &str)]) -> String {
+    let keys: Vec<(String, String)> = ann
+        .iter()
+        .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+        .collect();
+    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    tls_ingress(name, &format!("{name}.test"), "server-tls", "svc", &ann)
+}
+
+fn ca_secret(name: &str, data: &[(&str, &str)]) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: Opaque\nstringData:\n"
+    );
+    for (k, v) in data {
+        s.push_str(&format!("  {k}: {}\n", serde_json::to_string(v).unwrap()));
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_checked_and_passed_on() {
+    let pki = pki();
+    let (server_cert, server_key) = self_signed(&HOSTS);
+    let app = backend("app").await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &[app.addr]));
+    m.write(
+        "secrets.yaml",
+        &[
+            tls_secret("server-tls", &server_cert, &server_key),
+            ca_secret("client-ca", &[("ca.crt", &pki.ca_pem)]),
+            ca_secret(
+                "with-crl",
+                &[
+                    ("ca.crt", &pki.ca_pem),
+                    ("ca.crl", "-----BEGIN X509 CRL-----"),
+                ],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let ca = ("auth-tls-secret", "default/client-ca");
+    m.write(
+        "ing.yaml",
+        &[
+            row(
+                "on",
+                &[ca, ("auth-tls-pass-certificate-to-upstream", "true")],
+            ),
+            row("optional", &[ca, ("auth-tls-verify-client", "optional")]),
+            row("noca", &[ca, ("auth-tls-verify-client", "optional_no_ca")]),
+            row("named", &[ca, ("auth-tls-match-cn", "CN=admin")]),
+            row(
+                "page",
+                &[ca, ("auth-tls-error-page", "https://errors.test/cert")],
+            ),
+            row("open", &[]),
+            row("missing", &[("auth-tls-secret", "default/nope")]),
+            row("crl", &[("auth-tls-secret", "default/with-crl")]),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let https = s.running.https_addr.unwrap();
+    let member = client_config(&server_cert, Some(&pki.member));
+    let stranger = client_config(&server_cert, Some(&pki.stranger));
+    let anonymous = client_config(&server_cert, None);
+
+    // on: the CA's client passes; its names and certificate reach the app, a forged field
+    // does not.
+    let (status, body) = fetch(
+        https,
+        &member,
+        "on.test",
+        "on.test",
+        "ssl-client-verify: SUCCESS-forged\r\nssl-client-subject-dn: CN=admin\r\n",
+    )
+    .await;
+    assert_eq!(status, Some(200), "{body}");
+    assert!(body.contains("ssl-client-verify=SUCCESS\n"), "{body}");
+    assert!(
+        body.contains("ssl-client-subject-dn=CN=client-1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("ssl-client-issuer-dn=CN=Test Client CA\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("ssl-client-cert=-----BEGIN%20CERTIFICATE-----%0A"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("forged") && !body.contains("CN=admin"),
+        "{body}"
+    );
+    // No certificate: 400 as nginx; a stranger's: the handshake fails.
+    let (status, body) = fetch(https, &anonymous, "on.test", "on.test", "").await;
+    assert_eq!(status, Some(400), "{body}");
+    assert!(
+        body.contains("No required SSL certificate was sent"),
+        "{body}"
+    );
+    let (status, _) = fetch(https, &stranger, "on.test", "on.test", "").await;
+    assert_eq!(
+        status, None,
+        "a certificate the CA did not sign fails the handshake"
+    );
+    // Naming another host in the ClientHello (no certificate asked) does not get past the
+    // route.
+    let (status, _) = fetch(https, &anonymous, "open.test", "on.test", "").await;
+    assert_eq!(status, Some(400));
+    let (status, _) = fetch(https, &anonymous, "open.test", "open.test", "").await;
+    assert_eq!(status, Some(200), "a host without auth-tls is untouched");
+
+    // optional: none is fine (NONE), the CA's passes, a stranger's fails the handshake.
+    let (status, body) = fetch(https, &anonymous, "optional.test", "optional.test", "").await;
+    assert_eq!(status, Some(200));
+    assert!(body.contains("ssl-client-verify=NONE\n"), "{body}");
+    assert!(
+        !body.contains("ssl-client-cert="),
+        "not passed without the annotation"
+    );
+    let (status, _) = fetch(https, &stranger, "optional.test", "optional.test", "").await;
+    assert_eq!(status, None);
+    // optional_no_ca: a stranger's is let through and marked.
+    let (status, body) = fetch(https, &stranger, "noca.test", "noca.test", "").await;
+    assert_eq!(status, Some(200));
+    assert!(body.contains("ssl-client-verify=FAILED:"), "{body}");
+    let (_, body) = fetch(https, &member, "noca.test", "noca.test", "").await;
+    assert!(body.contains("ssl-client-verify=SUCCESS\n"), "{body}");
+
+    // match-cn: a valid certificate with another name is 403.
+    let (status, _) = fetch(https, &member, "named.test", "named.test", "").await;
+    assert_eq!(status, Some(403));
+    // error-page: the client without a certificate is redirected.
+    let (status, body) = fetch(https, &anonymous, "page.test", "page.test", "").await;
+    assert_eq!(status, Some(302));
+    assert!(
+        body.contains("location: https://errors.test/cert\r\n"),
+        "{body}"
+    );
+    // A missing CA Secret, or one with a revocation list, keeps the route closed.
+    for host in ["missing.test", "crl.test"] {
+        let (status, _) = fetch(https, &member, host, host, "").await;
+        assert_eq!(status, Some(503), "{host}");
+    }
+    let problems = status_text(&s).await;
+    assert!(
+        problems.contains("Secret default/nope not found"),
+        "{problems}"
+    );
+    assert!(problems.contains("revocation"), "{problems}");
+    // Plain HTTP to an `on` route: the redirect to HTTPS comes first (ssl-redirect), so no
+    // request reaches the app without a certificate.
+    let http = s.running.http_addr.unwrap();
+    let r = get(&client(), http, "on.test", "/echo").await.unwrap();
+    assert_eq!(r.status, 308);
+}
