@@ -52,6 +52,17 @@ pub struct RouteEdits {
     pub satisfy_any: bool,
     /// `auth-tls-*`: the client certificate the route requires.
     pub client_cert: Option<ClientCertAuth>,
+    /// `limit-rate`, `limit-rate-after`: the pace of each response.
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// A response's pace (nginx's `limit_rate`, `limit_rate_after`), per response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bandwidth {
+    /// Bytes a second after the first `after` bytes.
+    pub rate: u64,
+    /// Bytes sent at full speed first.
+    pub after: u64,
 }
 
 /// `auth-tls-verify-client`: whether a client certificate is required and checked.

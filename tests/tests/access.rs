@@ -265,3 +265,50 @@ async fn rate_limits_per_client() {
         assert_eq!(get(&c, http, "exempt.test", "/").await.unwrap().status, 200);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rate_paces_each_response_after_its_first_bytes() {
+    use http_body_util::BodyExt;
+    let (s, _m, _a) = serve_rows(
+        &[
+            (
+                "paced",
+                &[("limit-rate", "100"), ("limit-rate-after", "50")],
+            ),
+            ("free", &[]),
+        ],
+        &[],
+    )
+    .await;
+    let http = s.running.http_addr.unwrap();
+    // 200 KiB: 50 KiB at once, then 150 KiB at 100 KiB/s = 1.5 s.
+    let fetch = |host: &'static str| async move {
+        let req = http::Request::get(format!("http://{http}/?size=204800"))
+            .header("host", host)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let started = std::time::Instant::now();
+        let resp = client().request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let (mut got, mut first_50k) = (0usize, None);
+        while let Some(frame) = body.frame().await {
+            got += frame.unwrap().into_data().map_or(0, |d| d.len());
+            if got >= 50 * 1024 && first_50k.is_none() {
+                first_50k = Some(started.elapsed());
+            }
+        }
+        assert_eq!(got, 204_800);
+        (first_50k.unwrap(), started.elapsed())
+    };
+    let (head, total) = fetch("paced.test").await;
+    eprintln!("paced: first 50 KiB after {head:?}, 200 KiB after {total:?}");
+    assert!(head < std::time::Duration::from_millis(500), "{head:?}");
+    assert!(
+        total >= std::time::Duration::from_millis(1_300)
+            && total <= std::time::Duration::from_millis(3_000),
+        "{total:?}"
+    );
+    let (_, free) = fetch("free.test").await;
+    assert!(free < std::time::Duration::from_millis(500), "{free:?}");
+}

@@ -35,7 +35,7 @@ metadata:
     nginx.ingress.kubernetes.io/mirror-target: https://mirror.test$request_uri
     nginx.ingress.kubernetes.io/proxy-body-size: lots
     nginx.ingress.kubernetes.io/server-snippet: "return 200;"
-    nginx.ingress.kubernetes.io/limit-rate: "1024"
+    nginx.ingress.kubernetes.io/auth-proxy-set-headers: "default/auth-headers"
     cert-manager.io/cluster-issuer: letsencrypt
 spec:
   ingressClassName: nginx
@@ -105,7 +105,7 @@ async fn files_get_a_verdict_per_annotation_and_gate_on_exit_code() {
     let mut got = verdicts(&json);
     got.sort();
     let want: Vec<(String, String)> = [
-        ("limit-rate", "fails-closed"),
+        ("auth-proxy-set-headers", "fails-closed"),
         ("mirror-target", "unsupported"),
         ("proxy-body-size", "invalid"),
         ("proxy-buffering", "differs"),

@@ -1,12 +1,13 @@
 //! The access annotations sluice enforces: source ranges (`whitelist-source-range` /
-//! `allowlist-source-range`, `denylist-source-range`) and CORS (`enable-cors`, `cors-*`). An
+//! `allowlist-source-range`, `denylist-source-range`), CORS (`enable-cors`, `cors-*`), request
+//! limits (`limit-rps` and company) and response bandwidth (`limit-rate`, `limit-rate-after`). An
 //! access annotation whose value cannot be read does not open the route: translation makes it
 //! answer 503 (see `translate::options::fail_closed`).
 
 use std::collections::BTreeMap;
 
 use super::{AnnotationError, first};
-use crate::behaviour::{Cors, RateLimits, SourceRanges};
+use crate::behaviour::{Bandwidth, Cors, RateLimits, SourceRanges};
 use crate::cidr::Cidr;
 
 fn cidrs(
@@ -88,6 +89,28 @@ pub fn rate_limits(a: &BTreeMap<String, String>) -> Result<Option<RateLimits>, A
         connections,
         exempt,
     }))
+}
+
+/// `limit-rate` and `limit-rate-after`, in kilobytes (1,024 bytes) as ingress-nginx writes
+/// them (`limit_rate {N}k`); `None` without `limit-rate` or with `0` (off).
+pub fn bandwidth(a: &BTreeMap<String, String>) -> Result<Option<Bandwidth>, AnnotationError> {
+    let kilobytes = |names: &[&'static str]| match first(a, names) {
+        None => Ok(None),
+        Some((name, v)) => v
+            .parse::<u64>()
+            .ok()
+            .and_then(|k| k.checked_mul(1024))
+            .map(Some)
+            .ok_or_else(|| AnnotationError {
+                name,
+                message: format!("{v:?} is not a whole number of kilobytes"),
+            }),
+    };
+    let after = kilobytes(&both!("limit-rate-after"))?.unwrap_or(0);
+    Ok(match kilobytes(&both!("limit-rate"))? {
+        None | Some(0) => None,
+        Some(rate) => Some(Bandwidth { rate, after }),
+    })
 }
 
 /// ingress-nginx's defaults for `cors-allow-methods` and `cors-allow-headers`.
@@ -188,6 +211,32 @@ mod tests {
                 source_ranges(&ann(&[("whitelist-source-range", bad)])).is_err(),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn bandwidth_is_in_kilobytes_and_zero_is_off() {
+        assert_eq!(bandwidth(&ann(&[])), Ok(None));
+        assert_eq!(bandwidth(&ann(&[("limit-rate", "0")])), Ok(None));
+        assert_eq!(
+            bandwidth(&ann(&[("limit-rate", "100")])),
+            Ok(Some(Bandwidth {
+                rate: 102_400,
+                after: 0
+            }))
+        );
+        assert_eq!(
+            bandwidth(&ann(&[("limit-rate", "1"), ("limit-rate-after", "50")])),
+            Ok(Some(Bandwidth {
+                rate: 1024,
+                after: 51_200
+            }))
+        );
+        assert_eq!(bandwidth(&ann(&[("limit-rate-after", "50")])), Ok(None));
+        for bad in ["-1", "1.5", "fast", "99999999999999999999"] {
+            assert!(bandwidth(&ann(&[("limit-rate", bad)])).is_err(), "{bad}");
+            let after = ann(&[("limit-rate", "1"), ("limit-rate-after", bad)]);
+            assert!(bandwidth(&after).is_err(), "{bad}");
         }
     }
 

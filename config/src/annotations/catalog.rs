@@ -263,8 +263,16 @@ pub const CATALOG: &[Entry] = &[
         Differs,
         "counts requests in flight per client address, not connections",
     ),
-    e("limit-rate", FailsClosed, ACCESS),
-    e("limit-rate-after", FailsClosed, ACCESS),
+    e(
+        "limit-rate",
+        Honoured,
+        "kilobytes a second per response, as nginx's limit_rate; bodies are paced while streaming (no proxy-buffering needed)",
+    ),
+    e(
+        "limit-rate-after",
+        Honoured,
+        "kilobytes sent at full speed before limit-rate applies",
+    ),
     e("limit-rpm", Honoured, LIMITS),
     e("limit-rps", Honoured, LIMITS),
     e("limit-whitelist", Honoured, ""),

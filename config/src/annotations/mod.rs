@@ -378,11 +378,8 @@ mod tests {
         found.sort_unstable();
         assert_eq!(
             found,
-            [
-                "nginx.ingress.kubernetes.io/auth-tomorrow",
-                "nginx.ingress.kubernetes.io/limit-rate"
-            ],
-            "source ranges, auth-url and auth-tls are enforced, so not listed; an unknown auth- one is"
+            ["nginx.ingress.kubernetes.io/auth-tomorrow"],
+            "source ranges, auth-url, auth-tls and limit-rate are enforced, so not listed; an unknown auth- one is"
         );
         assert!(
             unenforced_access(&ann("nginx.ingress.kubernetes.io/rewrite-target", "/")).is_empty()

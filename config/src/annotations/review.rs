@@ -104,6 +104,7 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(access::source_ranges(a).map(drop));
     note(access::cors(a).map(drop));
     note(access::rate_limits(a).map(drop));
+    note(access::bandwidth(a).map(drop));
     note(super::auth::auth(a).map(drop));
     note(super::auth::satisfy_any(a).map(drop));
     note(

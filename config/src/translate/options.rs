@@ -80,6 +80,7 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
         auth::auth(ann).err(),
         auth::satisfy_any(ann).err(),
         auth::client_cert(ann).err(),
+        access::bandwidth(ann).err(),
     ]
     .into_iter()
     .flatten()
@@ -198,6 +199,7 @@ pub(super) fn route_options(
         auth: None,
         satisfy_any: auth::satisfy_any(ann).unwrap_or(false),
         client_cert: None,
+        bandwidth: access::bandwidth(ann).ok().flatten(),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

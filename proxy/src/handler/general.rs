@@ -444,6 +444,10 @@ async fn route(
         p.finish(rparts.status, &mut rparts.headers);
     }
     rparts.version = Version::HTTP_11;
+    let rbody = match edits.and_then(|e| e.bandwidth) {
+        Some(b) => rbody.throttled(b.rate, b.after),
+        None => rbody,
+    };
     Response::from_parts(rparts, rbody)
 }
 

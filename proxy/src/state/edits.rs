@@ -35,6 +35,8 @@ pub struct Edits {
     pub custom_errors: Vec<u16>,
     /// `satisfy: any`: a client the source ranges admit skips authentication.
     pub satisfy_any: bool,
+    /// `limit-rate`, `limit-rate-after`.
+    pub bandwidth: Option<sluice_config::behaviour::Bandwidth>,
 }
 
 /// CORS, compiled: header values checked once.
@@ -204,6 +206,7 @@ impl Edits {
             host_redirect: e.host_redirect.clone(),
             custom_errors: e.custom_errors.clone(),
             satisfy_any: e.satisfy_any,
+            bandwidth: e.bandwidth,
         }))
     }
 

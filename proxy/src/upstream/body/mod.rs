@@ -3,6 +3,8 @@
 
 mod request;
 mod response;
+mod throttle;
 
 pub use request::ReqBody;
 pub use response::RespBody;
+pub use throttle::Throttled;

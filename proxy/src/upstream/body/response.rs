@@ -26,6 +26,8 @@ pub enum RespBody {
         /// The endpoint's in-flight mark, ended with the body.
         in_flight: Option<InFlight>,
     },
+    /// Paced to a byte rate (`limit-rate`).
+    Throttled(Box<super::Throttled>),
 }
 
 impl RespBody {
@@ -37,6 +39,11 @@ impl RespBody {
     /// An empty local body.
     pub fn empty() -> Self {
         RespBody::Full(None)
+    }
+
+    /// This body paced to `rate` bytes a second after its first `after` bytes.
+    pub fn throttled(self, rate: u64, after: u64) -> Self {
+        RespBody::Throttled(Box::new(super::Throttled::new(self, rate, after)))
     }
 }
 
@@ -51,6 +58,7 @@ impl Body for RespBody {
         match self.get_mut() {
             RespBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             RespBody::H1(b) => Pin::new(b).poll_frame(cx),
+            RespBody::Throttled(b) => Pin::new(b.as_mut()).poll_frame(cx),
             RespBody::H2 { inner, in_flight } => {
                 let r = Pin::new(&mut *inner).poll_frame(cx);
                 match &r {
@@ -67,6 +75,7 @@ impl Body for RespBody {
         match self {
             RespBody::Full(b) => b.is_none(),
             RespBody::H1(b) => b.is_end_stream(),
+            RespBody::Throttled(b) => b.is_end_stream(),
             RespBody::H2 { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -76,6 +85,7 @@ impl Body for RespBody {
             RespBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),
             RespBody::H1(b) => b.size_hint(),
+            RespBody::Throttled(b) => b.size_hint(),
             RespBody::H2 { inner, .. } => inner.size_hint(),
         }
     }
