@@ -103,6 +103,8 @@ pub struct ClientCertAuth {
 pub enum Auth {
     /// `auth-type: basic` with `auth-secret`.
     Basic(BasicAuth),
+    /// `auth-type: digest` with `auth-secret` (an htdigest file).
+    Digest(DigestAuth),
     /// `auth-url`: a subrequest decides.
     External(ExternalAuth),
 }
@@ -114,6 +116,15 @@ pub struct BasicAuth {
     pub realm: String,
     /// The users that may log in.
     pub users: crate::htpasswd::Users,
+}
+
+/// HTTP Digest authentication (RFC 7616, MD5, `qop=auth`) against the users of a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DigestAuth {
+    /// `auth-realm`: part of every HA1, so the file's lines must name it.
+    pub realm: String,
+    /// The users that may log in.
+    pub users: crate::htpasswd::DigestUsers,
 }
 
 /// External authentication (`auth-url`, as oauth2-proxy deployments use it): a subrequest

@@ -137,6 +137,53 @@ impl Users {
     }
 }
 
+/// Users of digest authentication (`auth-type: digest`): an `htdigest` file's
+/// `user:realm:HA1` lines, HA1 being the hex MD5 of `user:realm:password`. Only the lines of
+/// the route's realm count (HA1 depends on it); others are reported.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct DigestUsers(pub Vec<(String, String)>);
+
+impl fmt::Debug for DigestUsers {
+    /// The HA1 values are password equivalents: never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DigestUsers({} users)", self.0.len())
+    }
+}
+
+impl DigestUsers {
+    /// Parses an htdigest file for `realm`; unreadable lines and other realms' lines are
+    /// returned as errors, the rest stand (a later line for a user wins).
+    pub fn parse_file(text: &str, realm: &str) -> (Self, Vec<String>) {
+        let mut map = std::collections::BTreeMap::new();
+        let mut errors = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut parts = line.splitn(3, ':');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(u), Some(r), Some(h))
+                    if !u.is_empty()
+                        && h.len() == 32
+                        && h.bytes().all(|b| b.is_ascii_hexdigit()) =>
+                {
+                    if r == realm {
+                        map.insert(u.to_string(), h.to_ascii_lowercase());
+                    } else {
+                        errors.push(format!(
+                            "line {} ({u}): realm {r:?} is not the route's {realm:?}",
+                            i + 1
+                        ));
+                    }
+                }
+                _ => errors.push(format!("line {}: not `user:realm:md5hex`", i + 1)),
+            }
+        }
+        (Self(map.into_iter().collect()), errors)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +230,18 @@ mod tests {
             Users::parse_map([("a", "{PLAIN}x"), ("b", "bad"), ("c:d", "{PLAIN}y")].into_iter());
         assert_eq!(users.0.len(), 1);
         assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+
+    #[test]
+    fn an_htdigest_file_keeps_the_route_realm() {
+        let (users, errors) = DigestUsers::parse_file(
+            "alice:staff:939e7578ed9e3c518a452acee763bce9\nbob:other:939e7578ed9e3c518a452acee763bce9\ncarol:staff:xyz\n",
+            "staff",
+        );
+        assert_eq!(users.0.len(), 1);
+        assert_eq!(users.0[0].0, "alice");
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(format!("{users:?}"), "DigestUsers(1 users)");
     }
 
     #[test]

@@ -37,8 +37,10 @@ pub struct AuthUrl {
 /// What the authentication annotations of one Ingress ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthSpec {
-    /// `auth-type: basic`.
+    /// `auth-type: basic` or `digest`.
     Basic {
+        /// `digest` (else `basic`).
+        digest: bool,
         /// `auth-secret`.
         secret: SecretName,
         /// `auth-secret-type: auth-map` (else `auth-file`).
@@ -297,13 +299,8 @@ fn basic(
     name: &'static str,
     kind: &str,
 ) -> Result<AuthSpec, AnnotationError> {
-    if kind.eq_ignore_ascii_case("digest") {
-        return Err(err(
-            name,
-            "digest is not supported (use basic over HTTPS); the route stays closed",
-        ));
-    }
-    if !kind.eq_ignore_ascii_case("basic") {
+    let digest = kind.eq_ignore_ascii_case("digest");
+    if !digest && !kind.eq_ignore_ascii_case("basic") {
         return Err(err(
             name,
             format!("{kind:?} is not \"basic\" or \"digest\""),
@@ -327,7 +324,18 @@ fn basic(
         Some((n, v)) => header_text(n, v)?,
         None => DEFAULT_REALM.to_string(),
     };
-    Ok(AuthSpec::Basic { secret, map, realm })
+    if digest && map {
+        return Err(err(
+            name,
+            "digest reads an htdigest file (auth-secret-type: auth-file), not an auth-map",
+        ));
+    }
+    Ok(AuthSpec::Basic {
+        digest,
+        secret,
+        map,
+        realm,
+    })
 }
 
 fn external(
@@ -403,6 +411,7 @@ mod tests {
         assert_eq!(
             got,
             Ok(Some(AuthSpec::Basic {
+                digest: false,
                 secret: SecretName {
                     namespace: None,
                     name: "basic-auth".into()
@@ -418,7 +427,7 @@ mod tests {
         ]));
         assert!(matches!(
             got,
-            Ok(Some(AuthSpec::Basic { secret: SecretName { namespace: Some(ns), .. }, map: true, realm }))
+            Ok(Some(AuthSpec::Basic { secret: SecretName { namespace: Some(ns), .. }, map: true, realm, digest: false }))
                 if ns == "other" && realm == DEFAULT_REALM
         ));
     }
@@ -427,7 +436,11 @@ mod tests {
     fn unreadable_basic_settings_are_errors() {
         for bad in [
             vec![("auth-type", "basic")],
-            vec![("auth-type", "digest"), ("auth-secret", "s")],
+            vec![
+                ("auth-type", "digest"),
+                ("auth-secret", "s"),
+                ("auth-secret-type", "auth-map"),
+            ],
             vec![("auth-type", "kerberos"), ("auth-secret", "s")],
             vec![("auth-type", "basic"), ("auth-secret", "a/b/c")],
             vec![("auth-type", "basic"), ("auth-secret", "/b")],

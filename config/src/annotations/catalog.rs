@@ -170,7 +170,7 @@ pub const CATALOG: &[Entry] = &[
     e(
         "auth-type",
         Honoured,
-        "basic: bcrypt, $apr1$, {SHA}, {SSHA}, {PLAIN}, crypt $1$/$5$/$6$/DES; digest is invalid (the route stays closed)",
+        "basic: bcrypt, $apr1$, {SHA}, {SSHA}, {PLAIN}, crypt $1$/$5$/$6$/DES; digest: an htdigest file, MD5 with qop=auth, nonces live 5 minutes and their counts must grow",
     ),
     e(
         "auth-url",

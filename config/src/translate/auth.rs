@@ -7,8 +7,8 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, ServiceBackendPort};
 
 use crate::annotations::auth::{self, AuthSpec, ClientCertSpec};
-use crate::behaviour::{Auth, BasicAuth, ClientCertAuth, ExternalAuth};
-use crate::htpasswd::Users;
+use crate::behaviour::{Auth, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
+use crate::htpasswd::{DigestUsers, Users};
 use crate::model::{ObjectRef, RouteAction, Severity};
 use crate::world::World;
 
@@ -40,6 +40,13 @@ fn users(s: &Secret, map: bool) -> Result<(Users, Vec<String>), String> {
     Ok(Users::parse_file(text))
 }
 
+/// The users of a digest-auth Secret: key `auth`, an htdigest file for `realm`.
+fn digest_users(s: &Secret, realm: &str) -> Result<(DigestUsers, Vec<String>), String> {
+    let file = secret_data(s, "auth").ok_or("has no key \"auth\" (the htdigest file)")?;
+    let text = std::str::from_utf8(file).map_err(|_| "key \"auth\" is not UTF-8 text")?;
+    Ok(DigestUsers::parse_file(text, realm))
+}
+
 /// Resolves the Ingress's authentication. `Ok(None)`: none asked for. `Err`: the route must stay
 /// closed (the reason is reported already).
 pub(super) fn resolve(
@@ -55,7 +62,12 @@ pub(super) fn resolve(
     };
     match spec {
         None => Ok(None),
-        Some(AuthSpec::Basic { secret, map, realm }) => {
+        Some(AuthSpec::Basic {
+            digest,
+            secret,
+            map,
+            realm,
+        }) => {
             let ns = secret.namespace.unwrap_or_else(|| src.namespace.clone());
             let sref = ObjectRef::new("Secret", &ns, &secret.name);
             let Some(s) = world.secrets.get(&(ns.clone(), secret.name.clone())) else {
@@ -63,7 +75,13 @@ pub(super) fn resolve(
                 p.report(Severity::Error, "AuthSecretNotFound", src, FIELD, &msg);
                 return Err(msg);
             };
-            let (users, errors) = users(s, map).map_err(|why| {
+            let read = if digest {
+                digest_users(s, &realm)
+                    .map(|(u, e)| (Auth::Digest(DigestAuth { realm, users: u }), e))
+            } else {
+                users(s, map).map(|(u, e)| (Auth::Basic(BasicAuth { realm, users: u }), e))
+            };
+            let (auth, errors) = read.map_err(|why| {
                 let msg = format!("auth-secret: {sref} {why}; the routes answer 503");
                 p.report(Severity::Error, "InvalidAuthSecret", src, FIELD, &msg);
                 msg
@@ -77,7 +95,7 @@ pub(super) fn resolve(
                     format!("these entries cannot log in: {}", errors.join("; ")),
                 );
             }
-            Ok(Some(Auth::Basic(BasicAuth { realm, users })))
+            Ok(Some(auth))
         }
         Some(AuthSpec::External { url, options }) => {
             let backend = IngressBackend {

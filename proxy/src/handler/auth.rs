@@ -13,6 +13,7 @@ use http::{Request, Response, StatusCode};
 use crate::handler::ConnInfo;
 use crate::handler::local::Local;
 use crate::state::auth::client_cert::{ClientAuth, Judged};
+use crate::state::auth::digest::Refused;
 use crate::state::auth::external::{External, Passed};
 use crate::state::auth::{Gate, basic::Basic};
 use crate::upstream::body::RespBody;
@@ -46,6 +47,23 @@ pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> 
                 Verdict::Pass(None)
             } else {
                 Verdict::Answer(challenge(b))
+            }
+        }
+        Gate::Digest(d) => {
+            let uri = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            match d.check(
+                req.method().as_str(),
+                uri,
+                req.headers().get(header::AUTHORIZATION),
+            ) {
+                Ok(()) => Verdict::Pass(None),
+                Err(why) => {
+                    let mut r = Local::Unauthorized.response();
+                    if let Some(c) = d.challenge(why == Refused::Stale) {
+                        r.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+                    }
+                    Verdict::Answer(r)
+                }
             }
         }
         Gate::External(e) => external(e, req, cx).await,

@@ -1,10 +1,12 @@
-//! Authentication at the edge: ingress-nginx's `auth-type: basic` ([`basic`]), `auth-url`
+//! Authentication at the edge: ingress-nginx's `auth-type: basic` ([`basic`]) and `digest`
+//! ([`digest`]), `auth-url`
 //! ([`external`]) and client certificates ([`client_cert`]), compiled per route into a [`Gate`] the general handler (`handler::auth`)
 //! asks before it forwards. A gate that cannot be compiled leaves its route answering 503,
 //! never open.
 
 pub mod basic;
 pub mod client_cert;
+pub mod digest;
 pub mod external;
 mod password;
 
@@ -23,6 +25,8 @@ pub use external::Passed;
 pub enum Gate {
     /// `auth-type: basic`.
     Basic(basic::Basic),
+    /// `auth-type: digest`.
+    Digest(digest::Digest),
     /// `auth-url`.
     External(external::External),
 }
@@ -36,6 +40,9 @@ impl Gate {
         match auth {
             Auth::Basic(b) => basic::Basic::compile(b)
                 .map(Gate::Basic)
+                .ok_or_else(|| "auth-realm cannot be sent in a header".to_string()),
+            Auth::Digest(d) => digest::Digest::compile(d)
+                .map(Gate::Digest)
                 .ok_or_else(|| "auth-realm cannot be sent in a header".to_string()),
             Auth::External(e) => {
                 let pool = match &e.target {
