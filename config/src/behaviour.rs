@@ -106,7 +106,7 @@ pub enum Auth {
     /// `auth-type: digest` with `auth-secret` (an htdigest file).
     Digest(DigestAuth),
     /// `auth-url`: a subrequest decides.
-    External(ExternalAuth),
+    External(Box<ExternalAuth>),
 }
 
 /// HTTP Basic authentication against the users of a Secret.
@@ -158,6 +158,8 @@ pub struct ExternalOptions {
     /// `auth-always-set-cookie`: the auth answer's `Set-Cookie` reaches the client on every
     /// answer, not only on 2xx/3xx ones.
     pub always_set_cookie: bool,
+    /// `auth-cache-key`, `auth-cache-duration`: answers remembered per key.
+    pub cache: Option<crate::annotations::auth_cache::AuthCache>,
 }
 
 /// ingress-nginx's request limits of one Ingress, per client address.

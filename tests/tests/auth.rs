@@ -296,6 +296,14 @@ async fn setup() -> Setup {
         ),
         ingress_row("gone", &[("auth-url", "http://gone.auth.svc:80/check")]),
         ingress_row(
+            "cached",
+            &[
+                ("auth-url", ext),
+                ("auth-cache-key", "$http_authorization"),
+                ("auth-cache-duration", "200 401 1m"),
+            ],
+        ),
+        ingress_row(
             "any-outside",
             &[
                 ("whitelist-source-range", "10.0.0.0/8"),
@@ -566,4 +574,47 @@ async fn digest_with_curl_and_files_written_by_htpasswd() {
         let r = send(http, "basic.test", "/", &[("authorization", bad.as_str())]).await;
         assert_eq!(r.status, 401, "htpasswd {f} with a wrong password");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_answers_are_cached_per_key_and_status() {
+    let Setup {
+        s, seen, _app: _a, ..
+    } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    let asked = || seen.lock().unwrap().len();
+    let before = asked();
+    for _ in 0..3 {
+        assert_eq!(status_of(http, "cached.test", "Bearer good").await, 200);
+    }
+    assert_eq!(
+        asked() - before,
+        1,
+        "one subrequest for three requests with one key"
+    );
+    for _ in 0..2 {
+        assert_eq!(status_of(http, "cached.test", "Bearer nobody").await, 401);
+    }
+    assert_eq!(
+        asked() - before,
+        2,
+        "a 401 is remembered too, under its own key"
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            status_of(http, "cached.test", "Bearer forbidden").await,
+            403
+        );
+    }
+    assert_eq!(
+        asked() - before,
+        4,
+        "403 is not in auth-cache-duration: asked each time"
+    );
+    // Without the cache annotations every request asks.
+    let before = asked();
+    for _ in 0..2 {
+        assert_eq!(status_of(http, "ext.test", "Bearer good").await, 200);
+    }
+    assert_eq!(asked() - before, 2);
 }

@@ -68,8 +68,6 @@ use Support::{Differs, FailsClosed, Honoured, Refused, Unsupported};
 
 const AUTH_POOL: &str =
     "the subrequest uses the auth Service's pool, whose connections are kept alive";
-const NOT_CACHED: &str =
-    "not cached: every request asks the auth service (never less safe, only slower)";
 const NOT_YET: &str = "not implemented yet: served as if the annotation were absent";
 const ACCESS: &str = "not enforced yet: the Ingress answers 503 rather than serve open";
 const RANGES: &str = "403 for other clients; an unreadable list answers 503; the client is the TCP peer, or behind --trusted-proxies the last untrusted X-Forwarded-For address";
@@ -97,8 +95,16 @@ pub const CATALOG: &[Entry] = &[
         Honoured,
         "the auth answer's Set-Cookie reaches the client on every answer, not only on 2xx/3xx ones",
     ),
-    e("auth-cache-duration", Differs, NOT_CACHED),
-    e("auth-cache-key", Differs, NOT_CACHED),
+    e(
+        "auth-cache-duration",
+        Honoured,
+        "status groups and a time, as proxy_cache_valid (default 200 202 401 5m)",
+    ),
+    e(
+        "auth-cache-key",
+        Differs,
+        "the variables $remote_addr, $remote_user, $host, $request_uri, $uri, $args, $request_method, $http_*, $cookie_*, $arg_*; any other makes the key invalid; 1,024 answers per route",
+    ),
     e("auth-keepalive", Differs, AUTH_POOL),
     e("auth-keepalive-requests", Differs, AUTH_POOL),
     e("auth-keepalive-share-vars", Differs, AUTH_POOL),

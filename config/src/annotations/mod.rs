@@ -19,8 +19,10 @@ pub(crate) use both;
 
 pub mod access;
 pub mod auth;
+pub mod auth_cache;
 pub mod backends;
 pub mod catalog;
+pub mod client_cert;
 pub mod review;
 pub mod traffic;
 

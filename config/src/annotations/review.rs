@@ -107,6 +107,7 @@ fn value_errors(a: &BTreeMap<String, String>) -> BTreeMap<&'static str, String> 
     note(access::bandwidth(a).map(drop));
     note(super::auth::auth(a).map(drop));
     note(super::auth::satisfy_any(a).map(drop));
+    note(super::client_cert::client_cert(a).map(drop));
     note(
         traffic::flag(
             a,

@@ -6,7 +6,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, ServiceBackendPort};
 
-use crate::annotations::auth::{self, AuthSpec, ClientCertSpec};
+use crate::annotations::auth::{self, AuthSpec};
+use crate::annotations::client_cert::{self as tls_annotations, ClientCertSpec};
 use crate::behaviour::{Auth, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
 use crate::htpasswd::{DigestUsers, Users};
 use crate::model::{ObjectRef, RouteAction, Severity};
@@ -119,12 +120,12 @@ pub(super) fn resolve(
             if let RouteAction::Unavailable(why) = &target {
                 return Err(format!("auth-url: {why}"));
             }
-            Ok(Some(Auth::External(ExternalAuth {
+            Ok(Some(Auth::External(Box::new(ExternalAuth {
                 target,
                 url: url.url,
                 path: url.path,
-                options,
-            })))
+                options: *options,
+            }))))
         }
     }
 }
@@ -138,7 +139,7 @@ pub(super) fn client_cert(
     world: &World,
     p: &mut Problems,
 ) -> Result<Option<ClientCertAuth>, String> {
-    let Ok(spec) = auth::client_cert(annotations_of(ing)) else {
+    let Ok(spec) = tls_annotations::client_cert(annotations_of(ing)) else {
         return Err("client certificate annotations cannot be read".into());
     };
     let Some(ClientCertSpec {

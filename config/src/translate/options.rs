@@ -79,7 +79,7 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
         access::cors(ann).err(),
         auth::auth(ann).err(),
         auth::satisfy_any(ann).err(),
-        auth::client_cert(ann).err(),
+        crate::annotations::client_cert::client_cert(ann).err(),
         access::bandwidth(ann).err(),
     ]
     .into_iter()

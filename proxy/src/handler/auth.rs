@@ -12,6 +12,7 @@ use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
 use crate::handler::local::Local;
+use crate::state::auth::cache::Answer;
 use crate::state::auth::client_cert::{ClientAuth, Judged};
 use crate::state::auth::digest::Refused;
 use crate::state::auth::external::{External, Passed};
@@ -37,6 +38,8 @@ pub(crate) struct Asking<'a> {
     pub timeout: Duration,
     /// Endpoints the subrequest may try.
     pub tries: u32,
+    /// The client's address, as the trusted-proxy rules resolve it (`$remote_addr`).
+    pub client: std::net::IpAddr,
 }
 
 /// Asks the gate about a request.
@@ -131,72 +134,80 @@ fn challenge(b: &Basic) -> Response<RespBody> {
     r
 }
 
-/// Asks the auth service about `req`.
+/// Asks the auth service about `req`, or its remembered answer (`auth-cache-key`).
 async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdict {
-    let Asking {
-        conn,
-        host,
-        timeout,
-        tries,
-    } = *cx;
-    let scheme = if conn.tls { "https" } else { "http" };
-    let sub = ext.subrequest(req, scheme, host);
+    let scheme = if cx.conn.tls { "https" } else { "http" };
+    let key = ext
+        .cache
+        .as_ref()
+        .map(|c| (c, c.key_for(req, cx.client, cx.host)));
+    if let Some((c, k)) = &key
+        && let Some(hit) = c.get(k)
+    {
+        return decide(ext, &hit, req, scheme, cx.host);
+    }
+    let sub = ext.subrequest(req, scheme, cx.host);
     let plan = Plan::new(
         sub.method(),
         &sluice_config::NextUpstream::default(),
-        tries,
+        cx.tries,
         None,
     );
-    let fwd = conn.proxy_headers();
-    let answer = match tokio::time::timeout(timeout, retry::send(&ext.pool, sub, plan, &fwd)).await
-    {
+    let fwd = cx.conn.proxy_headers();
+    let sent = retry::send(&ext.pool, sub, plan, &fwd);
+    let response = match tokio::time::timeout(cx.timeout, sent).await {
         Err(_) => {
             return failed(&ext.pool.name, &"no answer within the request timeout");
         }
         Ok(Err(e)) => return failed(&ext.pool.name, &e),
         Ok(Ok(d)) => d.response,
     };
-    let (parts, _body) = answer.into_parts();
-    let cookies: Vec<HeaderValue> = parts
-        .headers
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .cloned()
-        .collect();
-    match parts.status {
+    let (parts, _body) = response.into_parts();
+    let answer = Answer::of(parts.status, &parts.headers, &ext.response_headers);
+    if let Some((c, k)) = key {
+        c.put(k, &answer);
+    }
+    decide(ext, &answer, req, scheme, cx.host)
+}
+
+/// The client's fate by the auth service's answer: 2xx passes, 401 is answered (or
+/// redirected to `auth-signin`), 403 is answered, anything else is a 500.
+fn decide<B>(
+    ext: &External,
+    answer: &Answer,
+    req: &Request<B>,
+    scheme: &str,
+    host: &str,
+) -> Verdict {
+    match answer.status {
         s if s.is_success() => Verdict::Pass(Some(Passed {
-            fields: ext
-                .response_headers
-                .iter()
-                .filter_map(|n| Some((n.clone(), parts.headers.get(n)?.clone())))
-                .collect(),
+            fields: answer.fields.clone(),
             names: ext.response_headers.clone(),
-            cookies,
+            cookies: answer.cookies.clone(),
             always_set_cookie: ext.always_set_cookie,
         })),
         StatusCode::UNAUTHORIZED => {
-            let mut r = match &ext.signin {
-                Some(signin) => {
-                    let location = ext.signin_location(signin, scheme, host, req.uri());
-                    match HeaderValue::from_str(&location) {
-                        Ok(location) => Local::Redirect {
-                            status: StatusCode::FOUND,
-                            location: &location,
-                        }
-                        .response(),
-                        Err(_) => Local::Unauthorized.response(),
-                    }
+            let location = ext
+                .signin
+                .as_ref()
+                .map(|signin| ext.signin_location(signin, scheme, host, req.uri()))
+                .and_then(|l| HeaderValue::from_str(&l).ok());
+            let mut r = match &location {
+                Some(location) => Local::Redirect {
+                    status: StatusCode::FOUND,
+                    location,
                 }
+                .response(),
                 None => {
                     let mut r = Local::Unauthorized.response();
-                    if let Some(c) = parts.headers.get(header::WWW_AUTHENTICATE) {
+                    if let Some(c) = &answer.challenge {
                         r.headers_mut().insert(header::WWW_AUTHENTICATE, c.clone());
                     }
                     r
                 }
             };
-            for c in cookies {
-                r.headers_mut().append(header::SET_COOKIE, c);
+            for c in &answer.cookies {
+                r.headers_mut().append(header::SET_COOKIE, c.clone());
             }
             Verdict::Answer(r)
         }

@@ -304,6 +304,7 @@ async fn route(
                     .request_timeout
                     .unwrap_or(dp.settings.request_timeout),
                 tries: dp.settings.upstream_tries,
+                client: client(),
             };
             match auth::check(gate, &req, &cx).await {
                 auth::Verdict::Pass(passed) => passed,

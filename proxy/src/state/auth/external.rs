@@ -33,6 +33,8 @@ pub struct External {
     request_redirect: Option<HeaderValue>,
     /// `auth-always-set-cookie`.
     pub(crate) always_set_cookie: bool,
+    /// `auth-cache-key`: remembered answers.
+    pub(crate) cache: Option<super::cache::AnswerCache>,
 }
 
 /// What a 2xx from the auth service hands to the request and its answer.
@@ -112,6 +114,7 @@ impl External {
                 None => None,
             },
             always_set_cookie: a.options.always_set_cookie,
+            cache: a.options.cache.as_ref().map(super::cache::AnswerCache::new),
         })
     }
 

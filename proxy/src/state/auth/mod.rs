@@ -5,6 +5,7 @@
 //! never open.
 
 pub mod basic;
+pub mod cache;
 pub mod client_cert;
 pub mod digest;
 pub mod external;
@@ -28,7 +29,7 @@ pub enum Gate {
     /// `auth-type: digest`.
     Digest(digest::Digest),
     /// `auth-url`.
-    External(external::External),
+    External(Box<external::External>),
 }
 
 impl Gate {
@@ -51,7 +52,7 @@ impl Gate {
                 }
                 .ok_or_else(|| format!("auth-url {}: no pool for the auth Service", e.url))?;
                 external::External::compile(e, pool)
-                    .map(Gate::External)
+                    .map(|e| Gate::External(Box::new(e)))
                     .ok_or_else(|| format!("auth-url {}: settings cannot be sent", e.url))
             }
         }
