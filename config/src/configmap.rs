@@ -14,6 +14,25 @@ use crate::model::{Hsts, Settings};
 use Support::{Differs, Honoured, Unsupported};
 
 const FLAG: &str = "connection-level: set with sluice's flag at start";
+const GLOBAL: &str = "as its auth- annotation, for global authentication";
+
+/// The `global-auth-*` keys and the annotations they stand for (after
+/// `nginx.ingress.kubernetes.io/auth-`). Snippets and header ConfigMaps become the
+/// annotations that fail closed, so that global authentication sluice cannot honour fully
+/// closes what it would protect.
+const GLOBAL_AUTH: &[(&str, &str)] = &[
+    ("global-auth-always-set-cookie", "always-set-cookie"),
+    ("global-auth-cache-duration", "cache-duration"),
+    ("global-auth-cache-key", "cache-key"),
+    ("global-auth-method", "method"),
+    ("global-auth-proxy-set-headers", "proxy-set-headers"),
+    ("global-auth-request-redirect", "request-redirect"),
+    ("global-auth-response-headers", "response-headers"),
+    ("global-auth-signin", "signin"),
+    ("global-auth-signin-redirect-param", "signin-redirect-param"),
+    ("global-auth-snippet", "snippet"),
+    ("global-auth-url", "url"),
+];
 
 /// The keys users set most, sorted.
 pub const KEYS: &[Entry] = &[
@@ -29,6 +48,29 @@ pub const KEYS: &[Entry] = &[
     ),
     k("custom-http-errors", Unsupported, "not implemented yet"),
     k("enable-underscores-in-headers", Unsupported, FLAG),
+    k("global-auth-always-set-cookie", Honoured, GLOBAL),
+    k("global-auth-cache-duration", Honoured, GLOBAL),
+    k("global-auth-cache-key", Honoured, GLOBAL),
+    k("global-auth-method", Honoured, GLOBAL),
+    k(
+        "global-auth-proxy-set-headers",
+        Differs,
+        "not read: every Ingress that would get global authentication answers 503",
+    ),
+    k("global-auth-request-redirect", Honoured, GLOBAL),
+    k("global-auth-response-headers", Honoured, GLOBAL),
+    k("global-auth-signin", Honoured, GLOBAL),
+    k("global-auth-signin-redirect-param", Honoured, GLOBAL),
+    k(
+        "global-auth-snippet",
+        Differs,
+        "never executed: every Ingress that would get global authentication answers 503",
+    ),
+    k(
+        "global-auth-url",
+        Honoured,
+        "as the auth-url annotation, for every Ingress without its own auth or enable-global-auth: \"false\"; an invalid value closes those Ingresses (503)",
+    ),
     k(
         "hsts",
         Honoured,
@@ -46,6 +88,11 @@ pub const KEYS: &[Entry] = &[
         "keep-alive-requests",
         Unsupported,
         "no per-connection request cap",
+    ),
+    k(
+        "no-auth-locations",
+        Honoured,
+        "path prefixes global authentication skips (default /.well-known/acme-challenge)",
     ),
     k("proxy-body-size", Honoured, ""),
     k(
@@ -156,6 +203,7 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
             _ => {}
         }
     }
+    global_auth(data, settings, &mut out);
     // ingress-nginx's HSTS: on when `hsts` is true, one year, subdomains included unless said.
     if data.get("hsts").and_then(|v| bool_value(v)) == Some(true) {
         settings.hsts = Some(Hsts {
@@ -183,6 +231,48 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
         }
     }
     out
+}
+
+/// The `global-auth-*` keys as annotations, checked by the annotation readers; and
+/// `no-auth-locations`.
+fn global_auth(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mut Applied) {
+    if let Some(v) = data.get("no-auth-locations") {
+        settings.no_auth_locations = v
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+    }
+    let map: BTreeMap<String, String> = GLOBAL_AUTH
+        .iter()
+        .filter_map(|(key, name)| {
+            let v = data.get(*key)?;
+            Some((
+                format!("nginx.ingress.kubernetes.io/auth-{name}"),
+                v.clone(),
+            ))
+        })
+        .collect();
+    if map.is_empty() {
+        return;
+    }
+    if !map.contains_key("nginx.ingress.kubernetes.io/auth-url") {
+        out.invalid.push((
+            "global-auth-url".into(),
+            "the other global-auth keys need it; they are ignored".into(),
+        ));
+        return;
+    }
+    if let Err(e) = crate::annotations::auth::auth(&map) {
+        // Kept: the Ingresses it would protect answer 503 rather than serve open.
+        out.invalid.push((
+            e.name
+                .replace("nginx.ingress.kubernetes.io/auth-", "global-auth-"),
+            format!("{}; the Ingresses it would protect answer 503", e.message),
+        ));
+    }
+    settings.global_auth = map;
 }
 
 #[cfg(test)]

@@ -405,6 +405,12 @@ pub struct Settings {
     /// Limits for routes whose Ingress does not say (the controller ConfigMap); `None` fields
     /// leave the flags in force.
     pub limits: crate::behaviour::RouteLimits,
+    /// The ConfigMap's `global-auth-*` keys as the `auth-*` annotations they stand for (empty:
+    /// no global authentication). Every Ingress without its own `auth-url`/`auth-type` and
+    /// without `enable-global-auth: "false"` gets them.
+    pub global_auth: BTreeMap<String, String>,
+    /// `no-auth-locations`: path prefixes global authentication skips.
+    pub no_auth_locations: Vec<String>,
 }
 
 impl Default for Settings {
@@ -415,6 +421,8 @@ impl Default for Settings {
             max_in_flight: None,
             hsts: None,
             limits: crate::behaviour::RouteLimits::default(),
+            global_auth: BTreeMap::new(),
+            no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
         }
     }
 }

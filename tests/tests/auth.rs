@@ -618,3 +618,56 @@ async fn auth_answers_are_cached_per_key_and_status() {
     }
     assert_eq!(asked() - before, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_auth_from_the_configmap_covers_ingresses_that_do_not_opt_out() {
+    let app = backend("app").await;
+    let (auth, seen) = auth_service().await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[service("svc"), in_namespace(&service("oauth"), "auth")].join("---\n"),
+    );
+    m.write(
+        "eps.yaml",
+        &[
+            endpoint_slices("svc", &[app.addr]),
+            in_namespace(&endpoint_slices("oauth", &[auth]), "auth"),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: default\ndata:\n  global-auth-url: http://oauth.auth.svc/global\n",
+    );
+    m.write(
+        "ing.yaml",
+        &[
+            ingress_row("covered", &[]),
+            ingress_row("optout", &[("enable-global-auth", "false")]),
+            // What cert-manager's HTTP-01 solver makes: its own Ingress for the token.
+            annotated_ingress(
+                "solver",
+                "covered.test",
+                &[("/.well-known/acme-challenge/t", "Exact", "svc")],
+                &[],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    let http = s.running.http_addr.unwrap();
+    assert_eq!(send(http, "covered.test", "/", &[]).await.status, 401);
+    assert_eq!(status_of(http, "covered.test", "Bearer good").await, 200);
+    let sub = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(sub.starts_with("GET /global "), "{sub}");
+    assert_eq!(send(http, "optout.test", "/", &[]).await.status, 200);
+    let acme = send(http, "covered.test", "/.well-known/acme-challenge/t", &[]).await;
+    assert_eq!(
+        acme.status, 200,
+        "no-auth-locations: the ACME solver's path passes"
+    );
+    let other = send(http, "covered.test", "/.well-known/other", &[]).await;
+    assert_eq!(other.status, 401, "the / route still asks");
+}

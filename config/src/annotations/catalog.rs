@@ -234,7 +234,11 @@ pub const CATALOG: &[Entry] = &[
         "the access log is global (--access-log)",
     ),
     e("enable-cors", Honoured, "preflights answered 204 by sluice"),
-    e("enable-global-auth", Unsupported, NOT_YET),
+    e(
+        "enable-global-auth",
+        Honoured,
+        "\"false\": the ConfigMap's global-auth-url does not apply to this Ingress",
+    ),
     e(
         "enable-modsecurity",
         Unsupported,

@@ -189,3 +189,54 @@ pub(super) fn client_cert(
         match_cn,
     }))
 }
+
+/// The Ingress with the controller ConfigMap's `global-auth-*` as its `auth-*` annotations,
+/// when global authentication applies to it: it is configured, and the Ingress has no
+/// `auth-url`/`auth-type` of its own and does not say `enable-global-auth: "false"` (an
+/// unreadable value of that keeps global authentication on). `None`: the Ingress as it is.
+pub(super) fn with_global_auth(
+    ing: &Ingress,
+    settings: &crate::model::Settings,
+) -> Option<Ingress> {
+    if settings.global_auth.is_empty() {
+        return None;
+    }
+    let own = annotations_of(ing);
+    let enabled =
+        crate::annotations::traffic::flag(own, &crate::annotations::both!("enable-global-auth"));
+    if enabled == Ok(Some(false)) {
+        return None;
+    }
+    let has_own = ["auth-url", "auth-type"].iter().any(|n| {
+        own.contains_key(&format!("nginx.ingress.kubernetes.io/{n}"))
+            || own.contains_key(&format!("sluice.dev/{n}"))
+    });
+    if has_own {
+        return None;
+    }
+    let mut merged = ing.clone();
+    let ann = merged
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    for (k, v) in &settings.global_auth {
+        ann.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    Some(merged)
+}
+
+/// Whether a route's path is one of `no-auth-locations` (global authentication skips it).
+pub(super) fn skips_global_auth(
+    path: &crate::model::PathMatch,
+    settings: &crate::model::Settings,
+) -> bool {
+    let p = if path.path.is_empty() {
+        "/"
+    } else {
+        path.path.as_str()
+    };
+    settings
+        .no_auth_locations
+        .iter()
+        .any(|l| p.starts_with(l.as_str()))
+}

@@ -225,6 +225,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 
     for ing in &ours {
         let src = ingress_ref(ing);
+        // The controller ConfigMap's global authentication, as this Ingress's annotations.
+        let with_global = auth::with_global_auth(ing, &settings);
+        let global_auth = with_global.is_some();
+        let ing: &Ingress = with_global.as_ref().unwrap_or(ing);
         let Some(spec) = ing.spec.as_ref() else {
             continue;
         };
@@ -428,6 +432,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 let action = resolve(&mut backends, &mut problems);
                 let mut route_opts = options.clone();
                 route_opts.ssl_redirect &= tls.covers(&host);
+                if global_auth && auth::skips_global_auth(&path, &settings) {
+                    route_opts.edits.auth = None;
+                }
                 written.insert(
                     (host.clone(), path.clone()),
                     (p.path.clone().unwrap_or_else(|| "/".to_string()), field),
@@ -496,5 +503,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_traffic;

@@ -6,7 +6,8 @@ use super::*;
 use crate::behaviour::HeaderRule;
 use crate::model::{PathKind, RouteAction};
 
-fn annotated(mut ing: Ingress, pairs: &[(&str, &str)]) -> Ingress {
+/// The Ingress with these ingress-nginx annotations (names without the prefix).
+pub(super) fn annotated(mut ing: Ingress, pairs: &[(&str, &str)]) -> Ingress {
     ing.metadata.annotations = Some(
         pairs
             .iter()
