@@ -139,6 +139,8 @@ async fn auth_service() -> (SocketAddr, Seen) {
                             "Bearer forbidden" => *r.status_mut() = StatusCode::FORBIDDEN,
                             "Bearer broken" => *r.status_mut() = StatusCode::BAD_GATEWAY,
                             "Bearer slow" => tokio::time::sleep(Duration::from_secs(4)).await,
+                            // The auth pod dies mid-request: the connection drops, no answer.
+                            "Bearer crash" => return Err(std::io::Error::other("crash")),
                             _ => {
                                 *r.status_mut() = StatusCode::UNAUTHORIZED;
                                 r.headers_mut().insert(
@@ -149,7 +151,7 @@ async fn auth_service() -> (SocketAddr, Seen) {
                                     .insert("set-cookie", "csrf=1".parse().unwrap());
                             }
                         }
-                        Ok::<_, std::convert::Infallible>(r)
+                        Ok::<_, std::io::Error>(r)
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -295,6 +297,23 @@ async fn setup() -> Setup {
             ],
         ),
         ingress_row("gone", &[("auth-url", "http://gone.auth.svc:80/check")]),
+        ingress_row(
+            "param",
+            &[
+                ("auth-url", ext),
+                ("auth-signin", "https://login.test/start?x=1"),
+                ("auth-signin-redirect-param", "next"),
+                ("auth-request-redirect", "https://app.test/back"),
+            ],
+        ),
+        ingress_row(
+            "always",
+            &[("auth-url", ext), ("auth-always-set-cookie", "true")],
+        ),
+        ingress_row(
+            "snippet",
+            &[("auth-url", ext), ("auth-snippet", "proxy_set_header X 1;")],
+        ),
         ingress_row(
             "cached",
             &[
@@ -480,6 +499,16 @@ async fn external_auth_answers_as_the_auth_service_decides() {
     };
     assert_eq!(status("Bearer forbidden").await, 403);
     assert_eq!(status("Bearer broken").await, 500);
+    assert_eq!(
+        status("Bearer crash").await,
+        500,
+        "the auth pod died mid-request"
+    );
+    assert_eq!(
+        status("Bearer good").await,
+        200,
+        "and the next request is served"
+    );
     // Too late (proxy-read-timeout 1 s): 500, in about a second.
     let t = std::time::Instant::now();
     assert_eq!(status("Bearer slow").await, 500);
@@ -670,4 +699,31 @@ async fn global_auth_from_the_configmap_covers_ingresses_that_do_not_opt_out() {
     );
     let other = send(http, "covered.test", "/.well-known/other", &[]).await;
     assert_eq!(other.status, 401, "the / route still asks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signin_parameter_request_redirect_cookies_and_snippets() {
+    let Setup {
+        s, seen, _app: _a, ..
+    } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    // auth-signin-redirect-param names the parameter; auth-request-redirect is sent as is.
+    let r = send(http, "param.test", "/p", &[]).await;
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers["location"],
+        "https://login.test/start?x=1&next=http://param.test%2Fp"
+    );
+    let sub = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(sub.contains(" redirect=https://app.test/back "), "{sub}");
+    // The auth answer's cookie on an upstream error: only with auth-always-set-cookie.
+    let good = [("authorization", "Bearer good")];
+    let r = send(http, "always.test", "/?status=500", &good).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.headers["set-cookie"], "session=fresh");
+    let r = send(http, "ext.test", "/?status=500", &good).await;
+    assert_eq!(r.status, 500);
+    assert!(r.headers.get("set-cookie").is_none(), "{:?}", r.headers);
+    // auth-snippet is never executed: the Ingress stays closed.
+    assert_eq!(send(http, "snippet.test", "/", &good).await.status, 503);
 }

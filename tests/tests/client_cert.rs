@@ -18,7 +18,9 @@ use tokio::net::TcpStream;
 
 const N: &str = "nginx.ingress.kubernetes.io/";
 
-const HOSTS: [&str; 8] = [
+const HOSTS: [&str; 10] = [
+    "shallow.test",
+    "deep.test",
     "on.test",
     "optional.test",
     "noca.test",
@@ -39,6 +41,8 @@ struct Pki {
     ca_pem: String,
     member: Identity,
     stranger: Identity,
+    /// Signed by an intermediate the CA signed; sends the intermediate along.
+    nephew: Identity,
 }
 
 fn pki() -> Pki {
@@ -64,10 +68,21 @@ fn pki() -> Pki {
             key_pem: key.serialize_pem(),
         }
     };
+    let mid_key = rcgen::KeyPair::generate().unwrap();
+    let mut mid_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    mid_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    mid_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "Test Intermediate");
+    let mid = mid_params.signed_by(&mid_key, &issuer).unwrap();
+    let mid_issuer = rcgen::Issuer::new(mid_params, mid_key);
+    let mut nephew = client("client-2", Some(&mid_issuer));
+    nephew.chain.push(mid.der().clone());
     Pki {
         ca_pem: ca.pem(),
         member: client("client-1", Some(&issuer)),
         stranger: client("client-1", None),
+        nephew,
     }
 }
 
@@ -182,6 +197,8 @@ async fn client_certificates_are_required_checked_and_passed_on() {
                 &[ca, ("auth-tls-error-page", "https://errors.test/cert")],
             ),
             row("open", &[]),
+            row("shallow", &[ca]),
+            row("deep", &[ca, ("auth-tls-verify-depth", "2")]),
             row("missing", &[("auth-tls-secret", "default/nope")]),
             row("crl", &[("auth-tls-secret", "default/with-crl")]),
         ]
@@ -256,6 +273,17 @@ async fn client_certificates_are_required_checked_and_passed_on() {
     assert!(body.contains("ssl-client-verify=FAILED:"), "{body}");
     let (_, body) = fetch(https, &member, "noca.test", "noca.test", "").await;
     assert!(body.contains("ssl-client-verify=SUCCESS\n"), "{body}");
+
+    // verify-depth: a certificate issued by an intermediate needs depth 2.
+    let nephew = client_config(&server_cert, Some(&pki.nephew));
+    let (status, _) = fetch(https, &nephew, "shallow.test", "shallow.test", "").await;
+    assert_eq!(status, None, "depth 1: the intermediate is one too many");
+    let (status, body) = fetch(https, &nephew, "deep.test", "deep.test", "").await;
+    assert_eq!(status, Some(200), "{body}");
+    assert!(
+        body.contains("ssl-client-issuer-dn=CN=Test Intermediate\n"),
+        "{body}"
+    );
 
     // match-cn: a valid certificate with another name is 403.
     let (status, _) = fetch(https, &member, "named.test", "named.test", "").await;
