@@ -132,14 +132,24 @@ pub struct DigestAuth {
 /// 401/403 answers (or redirects to `signin`), anything else is a 500.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ExternalAuth {
-    /// The pool the subrequest goes to (the Service the URL names).
-    pub target: crate::model::RouteAction,
+    /// Who answers the subrequest.
+    pub target: AuthTarget,
     /// The URL as written (its host goes upstream as `Host`).
     pub url: String,
     /// Path and query the subrequest asks for.
     pub path: String,
     /// What the annotations ask of the subrequest and its answer.
     pub options: ExternalOptions,
+}
+
+/// Who answers an `auth-url` subrequest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AuthTarget {
+    /// The pool of the Service the URL names.
+    Pool(crate::model::RouteAction),
+    /// Whatever sluice's routes send this host (`None`: the request's own) and the URL's path
+    /// to, looked up per request in the same route table.
+    Routed(Option<String>),
 }
 
 /// The `auth-url` companions: `auth-method`, `auth-signin` and the rest.

@@ -191,7 +191,7 @@ async fn access_control_sluice_does_not_enforce_fails_closed() {
     let mut docs = one_service("locked.test", "svc", &[b.addr]);
     docs[3] = docs[3].replacen(
         "metadata:\n",
-        "metadata:\n  annotations:\n    nginx.ingress.kubernetes.io/auth-url: http://auth.test/verify\n",
+        "metadata:\n  annotations:\n    nginx.ingress.kubernetes.io/auth-proxy-set-headers: default/auth-headers\n",
         1,
     );
     docs.push(ingress("open", "open.test", &[("/", "Prefix", "svc")]));
@@ -201,7 +201,10 @@ async fn access_control_sluice_does_not_enforce_fails_closed() {
     let r = raw(http, &get_raw("/", "locked.test", "")).await;
     assert!(r.starts_with("HTTP/1.1 503"), "{r}");
     assert!(!r.contains("x-backend"), "{r}");
-    assert!(!r.contains("auth-url"), "no internals in the body: {r}");
+    assert!(
+        !r.contains("auth-proxy-set-headers"),
+        "no internals in the body: {r}"
+    );
     let r = raw(http, &get_raw("/", "open.test", "")).await;
     assert!(r.starts_with("HTTP/1.1 200"), "the rest keeps serving: {r}");
     let st = get(
@@ -215,7 +218,7 @@ async fn access_control_sluice_does_not_enforce_fails_closed() {
     let v: serde_json::Value = serde_json::from_slice(&st.body).unwrap();
     let problems = v["problems"].to_string();
     assert!(
-        problems.contains("auth-url") && problems.contains("503"),
+        problems.contains("auth-proxy-set-headers") && problems.contains("503"),
         "{problems}"
     );
     s.shutdown(Duration::from_secs(3)).await;

@@ -727,3 +727,97 @@ async fn signin_parameter_request_redirect_cookies_and_snippets() {
     // auth-snippet is never executed: the Ingress stays closed.
     assert_eq!(send(http, "snippet.test", "/", &good).await.status, 503);
 }
+
+/// The canonical oauth2-proxy setup from ingress-nginx's documentation: the app's Ingress asks
+/// `https://$host/oauth2/auth` and signs in at `https://$host/oauth2/start?rd=...`, and a
+/// second Ingress on the same host sends `/oauth2` to oauth2-proxy. sluice looks the auth URL
+/// up in its own routes and sends the subrequest to that route's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_url_on_the_request_host_goes_through_sluices_own_routes() {
+    let app = backend("app").await;
+    let (auth, seen) = auth_service().await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[service("svc"), service("oauth2-proxy")].join("---\n"),
+    );
+    m.write(
+        "eps.yaml",
+        &[
+            endpoint_slices("svc", &[app.addr]),
+            endpoint_slices("oauth2-proxy", &[auth]),
+        ]
+        .join("---\n"),
+    );
+    let n = |k: &str| format!("{N}{k}");
+    let (url, signin) = (n("auth-url"), n("auth-signin"));
+    m.write(
+        "ing.yaml",
+        &[
+            annotated_ingress(
+                "app",
+                "app.test",
+                &[("/", "Prefix", "svc")],
+                &[
+                    (url.as_str(), "https://$host/oauth2/auth"),
+                    (
+                        signin.as_str(),
+                        "https://$host/oauth2/start?rd=$escaped_request_uri",
+                    ),
+                ],
+            ),
+            annotated_ingress(
+                "oauth2-proxy",
+                "app.test",
+                &[("/oauth2", "Prefix", "oauth2-proxy")],
+                &[],
+            ),
+            // An auth URL whose route asks for authentication itself: refused, never a loop.
+            annotated_ingress(
+                "loop",
+                "loop.test",
+                &[("/", "Prefix", "svc")],
+                &[(url.as_str(), "https://$host/check")],
+            ),
+            // A host sluice does not serve: nothing to ask, so 500.
+            annotated_ingress(
+                "nowhere",
+                "nowhere.test",
+                &[("/", "Prefix", "svc")],
+                &[(url.as_str(), "https://auth.elsewhere.test/check")],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let r = send(http, "app.test", "/page?x=1", &[]).await;
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers["location"],
+        "https://app.test/oauth2/start?rd=%2Fpage%3Fx%3D1"
+    );
+    let sub = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        sub.starts_with("GET /oauth2/auth host=app.test url=http://app.test/page?x=1 "),
+        "{sub}"
+    );
+    let r = send(
+        http,
+        "app.test",
+        "/page",
+        &[("authorization", "Bearer good")],
+    )
+    .await;
+    assert_eq!((r.status.as_u16(), r.backend()), (200, Some("app")));
+    // oauth2-proxy's own paths are served without authentication.
+    let r = send(http, "app.test", "/oauth2/start", &[]).await;
+    assert_eq!(
+        r.status, 401,
+        "the auth service's own answer, unauthenticated"
+    );
+    assert_eq!(r.text(), "auth says");
+    assert_eq!(status_of(http, "loop.test", "Bearer good").await, 500);
+    assert_eq!(status_of(http, "nowhere.test", "Bearer good").await, 500);
+}

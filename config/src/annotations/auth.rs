@@ -18,20 +18,32 @@ pub struct SecretName {
     pub name: String,
 }
 
-/// Where `auth-url` points: a Service by its cluster DNS name, a port and the path (with its
-/// query) the subrequest asks for.
+/// Where `auth-url` points, and the path (with its query) the subrequest asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthUrl {
     /// The URL as written.
     pub url: String,
-    /// The Service.
-    pub service: String,
-    /// The Service's namespace.
-    pub namespace: String,
-    /// The port (80 when the URL gives none).
-    pub port: u16,
+    /// Who answers.
+    pub target: AuthHost,
     /// Path and query of the subrequest.
     pub path: String,
+}
+
+/// Who answers an `auth-url` subrequest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthHost {
+    /// `http://SERVICE.NAMESPACE.svc[.cluster.local][:PORT]`: that Service's pool.
+    Service {
+        /// The Service.
+        service: String,
+        /// Its namespace.
+        namespace: String,
+        /// The port (80 when the URL gives none).
+        port: u16,
+    },
+    /// Any other host, or `$host` (`None`): whatever sluice's own routes send that host and
+    /// path to, as oauth2-proxy's `https://$host/oauth2/auth` does through ingress-nginx.
+    Routed(Option<String>),
 }
 
 /// What the authentication annotations of one Ingress ask for.
@@ -96,16 +108,19 @@ pub(super) fn location(
     Ok(Some(v.to_string()))
 }
 
-/// Reads `auth-url`: `http://SERVICE.NAMESPACE[.svc[.cluster.local]][:PORT][/path]`.
+/// Reads `auth-url`: `http://SERVICE.NAMESPACE.svc[.cluster.local][:PORT][/path]` for a
+/// Service, or `http(s)://HOST/path` (`$host`: the request's) for a host sluice routes.
 fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
-    let rest = v.strip_prefix("http://").ok_or_else(|| {
-        err(
-            name,
-            format!(
-                "{v:?}: sluice sends the subrequest through its own pools, so the URL must be http://SERVICE.NAMESPACE.svc[:PORT]/path (https and hosts outside the cluster are not supported)"
-            ),
-        )
-    })?;
+    let (https, rest) = match (v.strip_prefix("http://"), v.strip_prefix("https://")) {
+        (Some(r), _) => (false, r),
+        (_, Some(r)) => (true, r),
+        _ => {
+            return Err(err(
+                name,
+                format!("{v:?} is not an http:// or https:// URL"),
+            ));
+        }
+    };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], rest[i..].to_string()),
         None => (rest, "/".to_string()),
@@ -115,8 +130,21 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
     } else {
         path
     };
-    if path.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
-        return Err(err(name, format!("{v:?}: the path must be visible ASCII")));
+    if path
+        .bytes()
+        .any(|b| !(0x21..0x7f).contains(&b) || b == b'$')
+    {
+        return Err(err(
+            name,
+            format!("{v:?}: the path must be visible ASCII without variables"),
+        ));
+    }
+    if matches!(authority, "$host" | "$http_host") {
+        return Ok(AuthUrl {
+            url: v.to_string(),
+            target: AuthHost::Routed(None),
+            path,
+        });
     }
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) => (
@@ -129,32 +157,45 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
         None => (authority, 80),
     };
     let host = host.to_ascii_lowercase();
-    let host = host
-        .strip_suffix(".svc.cluster.local")
-        .or_else(|| host.strip_suffix(".svc"))
-        .unwrap_or(&host);
-    let labels: Vec<&str> = host.split('.').collect();
     let dns_label = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
             && l.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
-    match labels.as_slice() {
-        [svc, ns] if dns_label(svc) && dns_label(ns) => Ok(AuthUrl {
-            url: v.to_string(),
+    if !host.split('.').all(dns_label) {
+        return Err(err(name, format!("{v:?}: {host:?} is not a host name")));
+    }
+    let service = host
+        .strip_suffix(".svc.cluster.local")
+        .or_else(|| host.strip_suffix(".svc"));
+    let target = match service.map(|s| s.split('.').collect::<Vec<_>>()).as_deref() {
+        Some([svc, ns]) if !https => AuthHost::Service {
             service: svc.to_string(),
             namespace: ns.to_string(),
             port,
-            path,
-        }),
-        _ => Err(err(
-            name,
-            format!(
-                "{v:?}: the host must name a Service as SERVICE.NAMESPACE.svc (sluice resolves it to the Service's endpoints, not through DNS)"
-            ),
-        )),
-    }
+        },
+        Some(_) if https => {
+            return Err(err(
+                name,
+                format!(
+                    "{v:?}: https to a Service is not supported (its pool speaks HTTP); use http://"
+                ),
+            ));
+        }
+        Some(_) => {
+            return Err(err(
+                name,
+                format!("{v:?}: a Service is named SERVICE.NAMESPACE.svc[.cluster.local]"),
+            ));
+        }
+        None => AuthHost::Routed(Some(host)),
+    };
+    Ok(AuthUrl {
+        url: v.to_string(),
+        target,
+        path,
+    })
 }
 
 pub(super) fn secret_name(name: &'static str, s: &str) -> Result<SecretName, AnnotationError> {
@@ -406,8 +447,12 @@ mod tests {
             ..
         } = *options;
         assert_eq!(
-            (url.service.as_str(), url.namespace.as_str(), url.port),
-            ("oauth2-proxy", "auth", 4180)
+            url.target,
+            AuthHost::Service {
+                service: "oauth2-proxy".into(),
+                namespace: "auth".into(),
+                port: 4180
+            }
         );
         assert_eq!(url.path, "/oauth2/auth?x=1");
         assert_eq!(method.as_deref(), Some("POST"));
@@ -421,15 +466,40 @@ mod tests {
             ["x-auth-request-user", "x-auth-request-email"]
         );
         assert!(!always_set_cookie);
-        for (url, port, path) in [
-            ("http://a.b", 80, "/"),
-            ("http://a.b.svc:81", 81, "/"),
-            ("http://A.B.svc?q", 80, "/?q"),
+        for (url, target, path) in [
+            (
+                "http://a.b.svc",
+                AuthHost::Service {
+                    service: "a".into(),
+                    namespace: "b".into(),
+                    port: 80,
+                },
+                "/",
+            ),
+            (
+                "http://A.B.svc:81?q",
+                AuthHost::Service {
+                    service: "a".into(),
+                    namespace: "b".into(),
+                    port: 81,
+                },
+                "/?q",
+            ),
+            (
+                "https://$host/oauth2/auth",
+                AuthHost::Routed(None),
+                "/oauth2/auth",
+            ),
+            (
+                "https://auth.example.com/check",
+                AuthHost::Routed(Some("auth.example.com".into())),
+                "/check",
+            ),
         ] {
             let got = auth_url("n", url);
             assert_eq!(
-                got.as_ref().map(|u| (u.port, u.path.as_str())),
-                Ok((port, path)),
+                got.as_ref().map(|u| (&u.target, u.path.as_str())),
+                Ok((&target, path)),
                 "{url}"
             );
         }
@@ -439,9 +509,9 @@ mod tests {
     fn auth_url_outside_the_cluster_or_malformed_is_an_error() {
         for bad in [
             "https://a.b.svc/",
-            "http://auth.example.com/x",
-            "http://single/",
+            "http://a.b.c.svc/",
             "http://a.b.svc:0/",
+            "https://$host/$request_uri",
             "http://a.b.svc:x/",
             "http://a_b.c/",
             "ftp://a.b/",

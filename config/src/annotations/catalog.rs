@@ -139,7 +139,7 @@ pub const CATALOG: &[Entry] = &[
     e(
         "auth-signin",
         Honoured,
-        "a 401 becomes a 302 to it, the original URL in the redirect parameter",
+        "a 401 becomes a 302 to it ($host, $scheme, $request_uri, $escaped_request_uri filled in), the original URL in the redirect parameter unless present",
     ),
     e("auth-signin-redirect-param", Honoured, "default rd"),
     e("auth-snippet", FailsClosed, SNIPPET),
@@ -181,7 +181,7 @@ pub const CATALOG: &[Entry] = &[
     e(
         "auth-url",
         Differs,
-        "http://SERVICE.NAMESPACE.svc[:PORT]/path only, sent through sluice's pool for that Service; 2xx passes, 401/403 answer, anything else (or the timeout) is 500",
+        "http://SERVICE.NAMESPACE.svc[:PORT]/path goes to that Service's pool; any other host, or $host, through sluice's own routes (as oauth2-proxy's https://$host/oauth2/auth); a host sluice does not route is a 500, never a DNS lookup",
     ),
     e(
         "backend-protocol",

@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, ServiceBackendPort};
 
-use crate::annotations::auth::{self, AuthSpec};
+use crate::annotations::auth::{self, AuthHost, AuthSpec};
 use crate::annotations::client_cert::{self as tls_annotations, ClientCertSpec};
-use crate::behaviour::{Auth, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
+use crate::behaviour::{Auth, AuthTarget, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
 use crate::htpasswd::{DigestUsers, Users};
 use crate::model::{ObjectRef, RouteAction, Severity};
 use crate::world::World;
@@ -99,27 +99,37 @@ pub(super) fn resolve(
             Ok(Some(auth))
         }
         Some(AuthSpec::External { url, options }) => {
-            let backend = IngressBackend {
-                resource: None,
-                service: Some(IngressServiceBackend {
-                    name: url.service.clone(),
-                    port: Some(ServiceBackendPort {
-                        name: None,
-                        number: Some(i32::from(url.port)),
-                    }),
-                }),
+            let target = match &url.target {
+                AuthHost::Routed(host) => AuthTarget::Routed(host.clone()),
+                AuthHost::Service {
+                    service,
+                    namespace,
+                    port,
+                } => {
+                    let backend = IngressBackend {
+                        resource: None,
+                        service: Some(IngressServiceBackend {
+                            name: service.clone(),
+                            port: Some(ServiceBackendPort {
+                                name: None,
+                                number: Some(i32::from(*port)),
+                            }),
+                        }),
+                    };
+                    let action = backends.resolve_in(
+                        namespace,
+                        src,
+                        "metadata.annotations[nginx.ingress.kubernetes.io/auth-url]",
+                        &backend,
+                        &PoolAnnotations::default(),
+                        p,
+                    );
+                    if let RouteAction::Unavailable(why) = &action {
+                        return Err(format!("auth-url: {why}"));
+                    }
+                    AuthTarget::Pool(action)
+                }
             };
-            let target = backends.resolve_in(
-                &url.namespace,
-                src,
-                "metadata.annotations[nginx.ingress.kubernetes.io/auth-url]",
-                &backend,
-                &PoolAnnotations::default(),
-                p,
-            );
-            if let RouteAction::Unavailable(why) = &target {
-                return Err(format!("auth-url: {why}"));
-            }
             Ok(Some(Auth::External(Box::new(ExternalAuth {
                 target,
                 url: url.url,

@@ -79,7 +79,7 @@ fn global_auth_covers_every_ingress_that_does_not_opt_out() {
 #[test]
 fn global_auth_that_cannot_be_honoured_closes_what_it_would_protect() {
     for data in [
-        json!({"global-auth-url": "https://auth.example.com/"}),
+        json!({"global-auth-url": "https://oauth.auth.svc/"}),
         json!({"global-auth-url": "http://oauth.auth.svc/", "global-auth-snippet": "return 200;"}),
     ] {
         let (w, o) = world_with_global(data.clone());

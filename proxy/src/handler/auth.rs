@@ -11,14 +11,18 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
+use crate::handler::errors;
 use crate::handler::local::Local;
 use crate::state::auth::cache::Answer;
 use crate::state::auth::client_cert::{ClientAuth, Judged};
 use crate::state::auth::digest::Refused;
-use crate::state::auth::external::{External, Passed};
+use crate::state::auth::external::{External, Passed, Via};
 use crate::state::auth::{Gate, basic::Basic};
+use crate::state::routes::RouteTable;
 use crate::upstream::body::RespBody;
+use crate::upstream::cluster::Cluster;
 use crate::upstream::retry::{self, Plan};
+use sluice_config::host::{HostBuf, normalize_request_host};
 
 /// What a gate said about a request.
 pub(crate) enum Verdict {
@@ -40,6 +44,8 @@ pub(crate) struct Asking<'a> {
     pub tries: u32,
     /// The client's address, as the trusted-proxy rules resolve it (`$remote_addr`).
     pub client: std::net::IpAddr,
+    /// The route table the request was routed by (a routed `auth-url` is looked up in it).
+    pub table: &'a RouteTable,
 }
 
 /// Asks the gate about a request.
@@ -146,7 +152,11 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
     {
         return decide(ext, &hit, req, scheme, cx.host);
     }
-    let sub = ext.subrequest(req, scheme, cx.host);
+    let (pool, auth_host) = match where_to(ext, cx) {
+        Ok(found) => found,
+        Err(why) => return failed("-", &why),
+    };
+    let sub = ext.subrequest(req, (scheme, cx.host), auth_host);
     let plan = Plan::new(
         sub.method(),
         &sluice_config::NextUpstream::default(),
@@ -154,12 +164,12 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
         None,
     );
     let fwd = cx.conn.proxy_headers();
-    let sent = retry::send(&ext.pool, sub, plan, &fwd);
+    let sent = retry::send(pool, sub, plan, &fwd);
     let response = match tokio::time::timeout(cx.timeout, sent).await {
         Err(_) => {
-            return failed(&ext.pool.name, &"no answer within the request timeout");
+            return failed(&pool.name, &"no answer within the request timeout");
         }
-        Ok(Err(e)) => return failed(&ext.pool.name, &e),
+        Ok(Err(e)) => return failed(&pool.name, &e),
         Ok(Ok(d)) => d.response,
     };
     let (parts, _body) = response.into_parts();
@@ -168,6 +178,39 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
         c.put(k, &answer);
     }
     decide(ext, &answer, req, scheme, cx.host)
+}
+
+/// The pool an auth subrequest goes to and the `Host` it carries: the auth Service's, or for a
+/// routed URL (`https://$host/oauth2/auth`) the pool of the route this table gives its host and
+/// path. A route that itself asks for authentication or a client certificate is refused, so a
+/// subrequest never loops or skips a check.
+fn where_to<'a>(
+    ext: &'a External,
+    cx: &Asking<'a>,
+) -> Result<(&'a Arc<Cluster>, HeaderValue), String> {
+    match &ext.via {
+        Via::Pool(pool, host) => Ok((pool, host.clone())),
+        Via::Routed(host) => {
+            let host = host.as_deref().unwrap_or(cx.host);
+            let mut buf = HostBuf::default();
+            let name = normalize_request_host(host, &mut buf);
+            let action = cx
+                .table
+                .lookup(name, ext.path())
+                .ok_or_else(|| format!("auth-url: no route for {host}{}", ext.path()))?;
+            if action.auth.is_some() || action.client_cert.is_some() {
+                return Err(format!(
+                    "auth-url: the route for {host}{} asks for authentication itself",
+                    ext.path()
+                ));
+            }
+            let pool = errors::pool_for(action).ok_or_else(|| {
+                format!("auth-url: the route for {host}{} has no pool", ext.path())
+            })?;
+            let value = HeaderValue::from_str(host).map_err(|e| e.to_string())?;
+            Ok((pool, value))
+        }
+    }
 }
 
 /// The client's fate by the auth service's answer: 2xx passes, 401 is answered (or
@@ -213,7 +256,7 @@ fn decide<B>(
         }
         StatusCode::FORBIDDEN => Verdict::Answer(Local::Forbidden.response()),
         other => failed(
-            &ext.pool.name,
+            "auth",
             &format!("the auth service answered {}", other.as_u16()),
         ),
     }

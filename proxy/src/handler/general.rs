@@ -160,7 +160,7 @@ pub(crate) async fn handle_in(
     };
     let http1 = req.version() <= Version::HTTP_11;
     let action = action.choose(req.headers());
-    let resp = route(dp, conn, action, req).await;
+    let resp = route(table, dp, conn, action, req).await;
     finish(dp, conn, action, resp, http1, started)
 }
 
@@ -236,6 +236,7 @@ fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<R
 }
 
 async fn route(
+    table: &RouteTable,
     dp: &DataPlane,
     conn: &ConnInfo,
     action: &Action,
@@ -305,6 +306,7 @@ async fn route(
                     .unwrap_or(dp.settings.request_timeout),
                 tries: dp.settings.upstream_tries,
                 client: client(),
+                table,
             };
             match auth::check(gate, &req, &cx).await {
                 auth::Verdict::Pass(passed) => passed,

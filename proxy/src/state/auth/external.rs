@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode};
-use sluice_config::behaviour::ExternalAuth;
+use sluice_config::behaviour::{AuthTarget, ExternalAuth};
 
 use crate::upstream::body::ReqBody;
 use crate::upstream::cluster::Cluster;
@@ -20,9 +20,8 @@ use crate::wire::hop;
 /// A route's compiled external authentication.
 #[derive(Debug)]
 pub struct External {
-    /// The auth Service's pool.
-    pub(crate) pool: Arc<Cluster>,
-    host: HeaderValue,
+    /// Who answers.
+    pub(crate) via: Via,
     path: http::uri::PathAndQuery,
     method: Option<Method>,
     /// `auth-signin`.
@@ -35,6 +34,15 @@ pub struct External {
     pub(crate) always_set_cookie: bool,
     /// `auth-cache-key`: remembered answers.
     pub(crate) cache: Option<super::cache::AnswerCache>,
+}
+
+/// Who answers a route's auth subrequests.
+#[derive(Debug)]
+pub enum Via {
+    /// The auth Service's pool, and the `Host` the URL names.
+    Pool(Arc<Cluster>, HeaderValue),
+    /// Whatever sluice's routes send this host (`None`: the request's) and the path to.
+    Routed(Option<String>),
 }
 
 /// What a 2xx from the auth service hands to the request and its answer.
@@ -89,13 +97,19 @@ fn escape_uri(s: &str, out: &mut String) {
 }
 
 impl External {
-    /// Compiles the auth settings against the pool of the auth Service; `None` when that pool
-    /// does not exist or a value cannot be a header (the route then stays closed).
-    pub fn compile(a: &ExternalAuth, pool: Arc<Cluster>) -> Option<Self> {
-        let authority = a.url.strip_prefix("http://")?.split(['/', '?']).next()?;
+    /// Compiles the auth settings (`pool`: the auth Service's, for a URL that names one);
+    /// `None` when that pool does not exist or a value cannot be a header (the route then
+    /// stays closed).
+    pub fn compile(a: &ExternalAuth, pool: Option<Arc<Cluster>>) -> Option<Self> {
+        let via = match &a.target {
+            AuthTarget::Pool(_) => {
+                let authority = a.url.strip_prefix("http://")?.split(['/', '?']).next()?;
+                Via::Pool(pool?, HeaderValue::from_str(authority).ok()?)
+            }
+            AuthTarget::Routed(host) => Via::Routed(host.clone()),
+        };
         Some(Self {
-            pool,
-            host: HeaderValue::from_str(authority).ok()?,
+            via,
             path: a.path.parse().ok()?,
             method: match &a.options.method {
                 Some(m) => Some(Method::from_bytes(m.as_bytes()).ok()?),
@@ -118,12 +132,17 @@ impl External {
         })
     }
 
-    /// The subrequest for `req`.
+    /// The path (without the query) the subrequest asks for: what a routed URL is looked up by.
+    pub(crate) fn path(&self) -> &str {
+        self.path.path()
+    }
+
+    /// The subrequest for `req` (which named `host`), sent with `Host: auth_host`.
     pub(crate) fn subrequest<B>(
         &self,
         req: &Request<B>,
-        scheme: &str,
-        host: &str,
+        (scheme, host): (&str, &str),
+        auth_host: HeaderValue,
     ) -> Request<ReqBody> {
         let mut sub = Request::new(ReqBody::empty());
         *sub.method_mut() = self.method.clone().unwrap_or_else(|| req.method().clone());
@@ -133,7 +152,7 @@ impl External {
         hop::strip(h, false);
         h.remove(header::CONTENT_LENGTH);
         h.remove(header::TRANSFER_ENCODING);
-        h.insert(header::HOST, self.host.clone());
+        h.insert(header::HOST, auth_host);
         let uri = req.uri().path_and_query().map_or("/", |p| p.as_str());
         if let Ok(v) = HeaderValue::from_str(&format!("{scheme}://{host}{uri}")) {
             h.insert(HeaderName::from_static("x-original-url"), v);
@@ -155,8 +174,10 @@ impl External {
         sub
     }
 
-    /// `auth-signin` with the original URL in the redirect parameter, as ingress-nginx's
-    /// `buildAuthSignURL`: added unless the URL already carries that parameter.
+    /// `auth-signin` with its nginx variables filled in (`$host`, `$http_host`, `$scheme`,
+    /// `$pass_access_scheme`, `$request_uri`, `$escaped_request_uri`), and the original URL in
+    /// the redirect parameter as ingress-nginx's `buildAuthSignURL` adds it, unless the URL
+    /// carries that parameter already.
     pub(crate) fn signin_location(
         &self,
         signin: &str,
@@ -164,18 +185,40 @@ impl External {
         host: &str,
         uri: &http::Uri,
     ) -> String {
-        if signin.contains(&format!("{}=", self.param)) {
-            return signin.to_string();
-        }
+        let request_uri = uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut escaped = String::new();
+        escape_uri(request_uri, &mut escaped);
         let mut out = String::with_capacity(signin.len() + 64);
-        out.push_str(signin);
-        out.push(if signin.contains('?') { '&' } else { '?' });
+        let mut rest = signin;
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            rest = &rest[i + 1..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            match &rest[..end] {
+                "host" | "http_host" => out.push_str(host),
+                "scheme" | "pass_access_scheme" => out.push_str(scheme),
+                "request_uri" => out.push_str(request_uri),
+                "escaped_request_uri" => out.push_str(&escaped),
+                other => {
+                    out.push('$');
+                    out.push_str(other);
+                }
+            }
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        if signin.contains(&format!("{}=", self.param)) {
+            return out;
+        }
+        out.push(if out.contains('?') { '&' } else { '?' });
         out.push_str(&self.param);
         out.push('=');
         out.push_str(scheme);
         out.push_str("://");
         out.push_str(host);
-        escape_uri(uri.path_and_query().map_or("/", |p| p.as_str()), &mut out);
+        out.push_str(&escaped);
         out
     }
 }
@@ -183,6 +226,50 @@ impl External {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn routed(signin: &str, param: &str) -> External {
+        let a = ExternalAuth {
+            target: AuthTarget::Routed(None),
+            url: "https://$host/oauth2/auth".into(),
+            path: "/oauth2/auth".into(),
+            options: sluice_config::behaviour::ExternalOptions {
+                method: None,
+                signin: Some(signin.into()),
+                signin_redirect_param: param.into(),
+                response_headers: Vec::new(),
+                request_redirect: None,
+                always_set_cookie: false,
+                cache: None,
+            },
+        };
+        External::compile(&a, None).unwrap_or_else(|| panic!("compiles"))
+    }
+
+    #[test]
+    fn signin_urls_fill_in_nginx_variables_as_oauth2_proxy_setups_write_them() {
+        let uri: http::Uri = "/a b?c=d".replace(' ', "%20").parse().unwrap_or_default();
+        let e = routed("https://$host/oauth2/start?rd=$escaped_request_uri", "rd");
+        assert_eq!(
+            e.signin_location(
+                "https://$host/oauth2/start?rd=$escaped_request_uri",
+                "https",
+                "app.test",
+                &uri
+            ),
+            "https://app.test/oauth2/start?rd=%2Fa%2520b%3Fc%3Dd",
+            "rd= is there already: nothing appended"
+        );
+        let e = routed("$scheme://login.test/start", "next");
+        assert_eq!(
+            e.signin_location("$scheme://login.test/start", "http", "app.test:8080", &uri),
+            "http://login.test/start?next=http://app.test:8080%2Fa%2520b%3Fc%3Dd"
+        );
+        assert_eq!(
+            e.signin_location("/s?$unknown=1", "http", "h", &uri),
+            "/s?$unknown=1&next=http://h%2Fa%2520b%3Fc%3Dd",
+            "other variables are left as written"
+        );
+    }
 
     #[test]
     fn the_original_uri_is_escaped_as_ngx_escape_uri_does() {

@@ -14,7 +14,7 @@ mod password;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_config::behaviour::Auth;
+use sluice_config::behaviour::{Auth, AuthTarget};
 use sluice_config::{ClusterKey, RouteAction};
 
 use crate::upstream::cluster::Cluster;
@@ -47,10 +47,16 @@ impl Gate {
                 .ok_or_else(|| "auth-realm cannot be sent in a header".to_string()),
             Auth::External(e) => {
                 let pool = match &e.target {
-                    RouteAction::Cluster(k) => clusters.get(k).cloned(),
-                    RouteAction::Unavailable(_) => None,
-                }
-                .ok_or_else(|| format!("auth-url {}: no pool for the auth Service", e.url))?;
+                    AuthTarget::Pool(RouteAction::Cluster(k)) => {
+                        Some(clusters.get(k).cloned().ok_or_else(|| {
+                            format!("auth-url {}: no pool for the auth Service", e.url)
+                        })?)
+                    }
+                    AuthTarget::Pool(RouteAction::Unavailable(why)) => {
+                        return Err(format!("auth-url {}: {why}", e.url));
+                    }
+                    AuthTarget::Routed(_) => None,
+                };
                 external::External::compile(e, pool)
                     .map(|e| Gate::External(Box::new(e)))
                     .ok_or_else(|| format!("auth-url {}: settings cannot be sent", e.url))
