@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 
 const N: &str = "nginx.ingress.kubernetes.io/";
 
-const HOSTS: [&str; 10] = [
+const HOSTS: [&str; 11] = [
+    "off.test",
     "shallow.test",
     "deep.test",
     "on.test",
@@ -197,6 +198,7 @@ async fn client_certificates_are_required_checked_and_passed_on() {
                 &[ca, ("auth-tls-error-page", "https://errors.test/cert")],
             ),
             row("open", &[]),
+            row("off", &[ca, ("auth-tls-verify-client", "off")]),
             row("shallow", &[ca]),
             row("deep", &[ca, ("auth-tls-verify-depth", "2")]),
             row("missing", &[("auth-tls-secret", "default/nope")]),
@@ -256,6 +258,11 @@ async fn client_certificates_are_required_checked_and_passed_on() {
     assert_eq!(status, Some(400));
     let (status, _) = fetch(https, &anonymous, "open.test", "open.test", "").await;
     assert_eq!(status, Some(200), "a host without auth-tls is untouched");
+
+    // off: as if the annotations were not there.
+    let (status, body) = fetch(https, &anonymous, "off.test", "off.test", "").await;
+    assert_eq!(status, Some(200));
+    assert!(!body.contains("ssl-client-verify"), "{body}");
 
     // optional: none is fine (NONE), the CA's passes, a stranger's fails the handshake.
     let (status, body) = fetch(https, &anonymous, "optional.test", "optional.test", "").await;
