@@ -24,10 +24,10 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    /// Whether checking one password takes real CPU time (milliseconds), so the data plane
-    /// checks it off the event loop.
+    /// Whether checking one password takes real CPU time (1,000 MD5 rounds for `$apr1$`,
+    /// milliseconds for bcrypt and SHA-crypt), so the data plane checks it off the event loop.
     pub fn is_slow(self) -> bool {
-        matches!(self, Self::Bcrypt | Self::Crypt)
+        matches!(self, Self::Bcrypt | Self::Crypt | Self::Apr1)
     }
 }
 

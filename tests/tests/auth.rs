@@ -136,6 +136,8 @@ async fn auth_service() -> (SocketAddr, Seen) {
                                 r.headers_mut()
                                     .insert("set-cookie", "session=fresh".parse().unwrap());
                             }
+                            "Bearer plain-ok" => {}
+                            "Bearer nobody" => *r.status_mut() = StatusCode::UNAUTHORIZED,
                             "Bearer forbidden" => *r.status_mut() = StatusCode::FORBIDDEN,
                             "Bearer broken" => *r.status_mut() = StatusCode::BAD_GATEWAY,
                             "Bearer slow" => tokio::time::sleep(Duration::from_secs(4)).await,
@@ -259,9 +261,26 @@ async fn setup() -> Setup {
                 ("auth-secret-type", "auth-map"),
             ],
         ),
+        // Closed: its default backend must not serve in its place either.
         ingress_row(
             "missing",
-            &[("auth-type", "basic"), ("auth-secret", "nope")],
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "nope"),
+                ("default-backend", "svc"),
+            ],
+        ),
+        ingress_row(
+            "any-ext",
+            &[
+                ("whitelist-source-range", "127.0.0.0/8"),
+                (
+                    "auth-url",
+                    "http://oauth.auth.svc.cluster.local/check?from=sluice",
+                ),
+                ("auth-response-headers", "X-Auth-Request-User"),
+                ("satisfy", "any"),
+            ],
         ),
         ingress_row(
             "digest",
@@ -551,6 +570,17 @@ async fn satisfy_any_or_all_combines_source_ranges_and_credentials() {
     assert_eq!(send(http, "any-inside.test", "/", &[]).await.status, 200);
     // all (the default): outside the range, credentials do not help.
     assert_eq!(status_of(http, "all-outside.test", good).await, 403);
+    // Admitted by the ranges without asking the auth service: a client's own copy of the
+    // field the auth service would set does not reach the app.
+    let r = send(
+        http,
+        "any-ext.test",
+        "/echo",
+        &[("x-auth-request-user", "mallory")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(!r.text().contains("mallory"), "{}", r.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -614,13 +644,14 @@ async fn auth_answers_are_cached_per_key_and_status() {
     let asked = || seen.lock().unwrap().len();
     let before = asked();
     for _ in 0..3 {
-        assert_eq!(status_of(http, "cached.test", "Bearer good").await, 200);
+        assert_eq!(status_of(http, "cached.test", "Bearer plain-ok").await, 200);
     }
     assert_eq!(
         asked() - before,
         1,
         "one subrequest for three requests with one key"
     );
+
     for _ in 0..2 {
         assert_eq!(status_of(http, "cached.test", "Bearer nobody").await, 401);
     }
@@ -639,6 +670,14 @@ async fn auth_answers_are_cached_per_key_and_status() {
         asked() - before,
         4,
         "403 is not in auth-cache-duration: asked each time"
+    );
+    for _ in 0..2 {
+        assert_eq!(status_of(http, "cached.test", "Bearer good").await, 200);
+    }
+    assert_eq!(
+        asked() - before,
+        6,
+        "an answer that sets a cookie is not remembered, as nginx's proxy_cache"
     );
     // Without the cache annotations every request asks.
     let before = asked();

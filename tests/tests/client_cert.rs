@@ -125,7 +125,12 @@ async fn fetch(
     else {
         return (None, String::new());
     };
-    let req = format!("GET /echo HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
+    // `host/path` asks for that path; a bare host for `/echo`.
+    let (host, path) = match host.split_once('/') {
+        Some((h, p)) => (h, format!("/{p}")),
+        None => (host, "/echo".to_string()),
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
     if tls.write_all(req.as_bytes()).await.is_err() {
         return (None, String::new());
     }
@@ -198,6 +203,8 @@ async fn client_certificates_are_required_checked_and_passed_on() {
                 &[ca, ("auth-tls-error-page", "https://errors.test/cert")],
             ),
             row("open", &[]),
+            // Another Ingress on a host with client-certificate rules: they cover it too.
+            annotated_ingress("other-path", "on.test", &[("/other", "Prefix", "svc")], &[]),
             row("off", &[ca, ("auth-tls-verify-client", "off")]),
             row("shallow", &[ca]),
             row("deep", &[ca, ("auth-tls-verify-depth", "2")]),
@@ -247,17 +254,28 @@ async fn client_certificates_are_required_checked_and_passed_on() {
         body.contains("No required SSL certificate was sent"),
         "{body}"
     );
-    let (status, _) = fetch(https, &stranger, "on.test", "on.test", "").await;
+    let (status, body) = fetch(https, &stranger, "on.test", "on.test", "").await;
     assert_eq!(
-        status, None,
-        "a certificate the CA did not sign fails the handshake"
+        status,
+        Some(400),
+        "a certificate the CA did not sign: {body}"
     );
-    // Naming another host in the ClientHello (no certificate asked) does not get past the
-    // route.
+    assert!(body.contains("The SSL certificate error"), "{body}");
+    // Naming another host in the ClientHello (no certificate asked), or reusing another host's
+    // connection, does not get past the route: 421, so a browser opens a connection of its own.
     let (status, _) = fetch(https, &anonymous, "open.test", "on.test", "").await;
-    assert_eq!(status, Some(400));
+    assert_eq!(status, Some(421));
+    let (status, _) = fetch(https, &member, "optional.test", "on.test", "").await;
+    assert_eq!(status, Some(421), "verified for another host's rules");
     let (status, _) = fetch(https, &anonymous, "open.test", "open.test", "").await;
     assert_eq!(status, Some(200), "a host without auth-tls is untouched");
+
+    // The host's rules cover another Ingress's path on it, as ingress-nginx's server-level
+    // ssl_verify_client does.
+    let (status, _) = fetch(https, &anonymous, "on.test", "on.test/other", "").await;
+    assert_eq!(status, Some(400));
+    let (status, _) = fetch(https, &member, "on.test", "on.test/other?size=3", "").await;
+    assert_eq!(status, Some(200));
 
     // off: as if the annotations were not there.
     let (status, body) = fetch(https, &anonymous, "off.test", "off.test", "").await;
@@ -273,7 +291,7 @@ async fn client_certificates_are_required_checked_and_passed_on() {
         "not passed without the annotation"
     );
     let (status, _) = fetch(https, &stranger, "optional.test", "optional.test", "").await;
-    assert_eq!(status, None);
+    assert_eq!(status, Some(400));
     // optional_no_ca: a stranger's is let through and marked.
     let (status, body) = fetch(https, &stranger, "noca.test", "noca.test", "").await;
     assert_eq!(status, Some(200));
@@ -284,7 +302,11 @@ async fn client_certificates_are_required_checked_and_passed_on() {
     // verify-depth: a certificate issued by an intermediate needs depth 2.
     let nephew = client_config(&server_cert, Some(&pki.nephew));
     let (status, _) = fetch(https, &nephew, "shallow.test", "shallow.test", "").await;
-    assert_eq!(status, None, "depth 1: the intermediate is one too many");
+    assert_eq!(
+        status,
+        Some(400),
+        "depth 1: the intermediate is one too many"
+    );
     let (status, body) = fetch(https, &nephew, "deep.test", "deep.test", "").await;
     assert_eq!(status, Some(200), "{body}");
     assert!(
@@ -298,6 +320,12 @@ async fn client_certificates_are_required_checked_and_passed_on() {
     // error-page: the client without a certificate is redirected.
     let (status, body) = fetch(https, &anonymous, "page.test", "page.test", "").await;
     assert_eq!(status, Some(302));
+    let (status, _) = fetch(https, &stranger, "page.test", "page.test", "").await;
+    assert_eq!(
+        status,
+        Some(302),
+        "an unverified certificate is redirected too"
+    );
     assert!(
         body.contains("location: https://errors.test/cert\r\n"),
         "{body}"

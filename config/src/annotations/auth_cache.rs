@@ -57,7 +57,14 @@ fn template(name: &'static str, v: &str) -> Result<Vec<KeyPart>, AnnotationError
             let end = braced
                 .find('}')
                 .ok_or_else(|| err(name, format!("{v:?}: an unclosed ${{")))?;
-            (&braced[..end], &braced[end + 1..])
+            let var = &braced[..end];
+            if !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(err(
+                    name,
+                    format!("{v:?}: ${{{var}}} is not a variable name"),
+                ));
+            }
+            (var, &braced[end + 1..])
         } else {
             let end = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -200,7 +207,7 @@ mod tests {
             }))
         );
         assert_eq!(auth_cache(&ann(&[])), Ok(None));
-        for bad in ["static", "$server_name", "${http_x", "$"] {
+        for bad in ["static", "$server_name", "${http_x", "$", "${http_x y}"] {
             assert!(
                 auth_cache(&ann(&[("auth-cache-key", bad)])).is_err(),
                 "{bad}"

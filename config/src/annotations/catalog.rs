@@ -145,8 +145,8 @@ pub const CATALOG: &[Entry] = &[
     e("auth-snippet", FailsClosed, SNIPPET),
     e(
         "auth-tls-error-page",
-        Differs,
-        "a client without a certificate is redirected (302); one whose certificate does not verify fails the TLS handshake",
+        Honoured,
+        "a client without a certificate, or with one the CAs do not verify, is redirected (302)",
     ),
     e(
         "auth-tls-match-cn",
@@ -161,12 +161,12 @@ pub const CATALOG: &[Entry] = &[
     e(
         "auth-tls-secret",
         Honoured,
-        "NAMESPACE/NAME or NAME, key ca.crt; the handshake of the route's host asks for a certificate; a missing Secret, or one with a ca.crl (no revocation checks), answers 503",
+        "NAMESPACE/NAME or NAME, key ca.crt; covers every path of the host, as nginx's server-level ssl_verify_client (the oldest Ingress's settings win); a missing Secret, or one with a ca.crl (no revocation checks), answers 503",
     ),
     e(
         "auth-tls-verify-client",
-        Differs,
-        "on (default): none is a 400; a certificate the CAs do not verify fails the TLS handshake instead of nginx's 400 page; optional, optional_no_ca and off as nginx",
+        Honoured,
+        "on (default), optional, optional_no_ca, off; no or an unverified certificate is a 400; a request on a connection whose TLS server name is another host is a 421",
     ),
     e(
         "auth-tls-verify-depth",

@@ -250,3 +250,36 @@ pub(super) fn skips_global_auth(
         .iter()
         .any(|l| p.starts_with(l.as_str()))
 }
+
+/// Gives every route of a host its host's client-certificate rules (the oldest Ingress's that
+/// sets any), as ingress-nginx applies `auth-tls-*` to the whole server: another Ingress's
+/// path on that host needs the certificate too, and never forwards a client's own
+/// `ssl-client-*` fields. An Ingress on the host whose own rules differ is told they were
+/// ignored.
+pub(super) fn client_cert_per_host(
+    hosts: &mut std::collections::BTreeMap<
+        crate::model::HostMatch,
+        std::collections::BTreeMap<crate::model::PathMatch, crate::model::Route>,
+    >,
+    host_certs: &std::collections::BTreeMap<crate::model::HostMatch, (ObjectRef, ClientCertAuth)>,
+    p: &mut Problems,
+) {
+    let mut told = std::collections::BTreeSet::new();
+    for (host, (owner, rules)) in host_certs {
+        for route in hosts.get_mut(host).into_iter().flat_map(|r| r.values_mut()) {
+            let own = &mut route.options.edits.client_cert;
+            if own.as_ref().is_some_and(|c| c != rules) && told.insert(route.source.clone()) {
+                p.report(
+                    Severity::Warning,
+                    "Conflict",
+                    &route.source,
+                    FIELD,
+                    format!(
+                        "auth-tls settings for host {host} ignored: {owner} is older and sets others, which cover the whole host"
+                    ),
+                );
+            }
+            *own = Some(rules.clone());
+        }
+    }
+}

@@ -214,6 +214,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     let mut backends =
         backend::Resolver::new(world, settings.balance.clone(), settings.max_in_flight);
     let mut hosts: BTreeMap<HostMatch, BTreeMap<PathMatch, Route>> = BTreeMap::new();
+    // Client-certificate rules per host: the oldest Ingress's (ingress-nginx sets them on the
+    // server, so they cover every path of the host).
+    let mut host_certs: BTreeMap<HostMatch, (ObjectRef, crate::behaviour::ClientCertAuth)> =
+        BTreeMap::new();
     let mut default_backend: Option<Route> = None;
     // Canary paths wait for every main route; regex hosts are rewritten once all is read.
     let mut canaries = Vec::new();
@@ -265,7 +269,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
             }
         }
-        let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems);
+        // A closed Ingress stays closed: its default backend must not serve in its place.
+        let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems)
+            .filter(|_| locked.is_none());
         if fallback.is_none() && !options.edits.custom_errors.is_empty() {
             problems.report(
                 Severity::Warning,
@@ -413,6 +419,11 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 if let (true, HostMatch::Exact(h)) = (www, &host) {
                     twins.push((canary::www_twin(h), h.clone(), src.clone(), options.clone()));
                 }
+                if let Some(c) = &options.edits.client_cert {
+                    host_certs
+                        .entry(host.clone())
+                        .or_insert_with(|| (src.clone(), c.clone()));
+                }
                 let routes = hosts.entry(host.clone()).or_default();
                 if let Some(existing) = routes.get(&path) {
                     problems.report(
@@ -454,6 +465,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         }
     }
 
+    auth::client_cert_per_host(&mut hosts, &host_certs, &mut problems);
     canary::attach(&mut hosts, canaries, &mut problems);
     twins.dedup_by(|a, b| a.0 == b.0);
     canary::www_redirects(&mut hosts, twins);

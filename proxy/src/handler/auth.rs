@@ -11,14 +11,13 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
-use crate::handler::errors;
 use crate::handler::local::Local;
 use crate::state::auth::cache::Answer;
 use crate::state::auth::client_cert::{ClientAuth, Judged};
 use crate::state::auth::digest::Refused;
 use crate::state::auth::external::{External, Passed, Via};
 use crate::state::auth::{Gate, basic::Basic};
-use crate::state::routes::RouteTable;
+use crate::state::routes::{RouteTable, Target};
 use crate::upstream::body::RespBody;
 use crate::upstream::cluster::Cluster;
 use crate::upstream::retry::{self, Plan};
@@ -79,6 +78,19 @@ pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> 
     }
 }
 
+/// What a request admitted without asking the gate (`satisfy: any`) carries: an `auth-url`
+/// gate's `auth-response-headers` are removed from it, as nginx's `proxy_set_header` with an
+/// empty value does, so a client cannot pose as the auth service.
+pub(crate) fn skipped(gate: &Gate) -> Option<Passed> {
+    match gate {
+        Gate::External(e) => Some(Passed {
+            names: e.response_headers.clone(),
+            ..Passed::default()
+        }),
+        Gate::Basic(_) | Gate::Digest(_) => None,
+    }
+}
+
 /// The `ssl-client-*` fields ingress-nginx sends upstream on `auth-tls` routes.
 const CERT_FIELDS: [&str; 4] = [
     "ssl-client-verify",
@@ -90,7 +102,12 @@ const CERT_FIELDS: [&str; 4] = [
 /// Checks the connection's client certificate against the route's rules: the answer (400, or
 /// a 302 to `auth-tls-error-page`; 403 for `auth-tls-match-cn`), or the `ssl-client-*` fields
 /// to send upstream (a client's own copies are always removed).
-pub(crate) fn client_cert(rules: &Arc<ClientAuth>, conn: &ConnInfo) -> Verdict {
+pub(crate) fn client_cert(rules: &Arc<ClientAuth>, conn: &ConnInfo, host: Option<&str>) -> Verdict {
+    // On TLS, the handshake must have been for this host (whose rules asked for the
+    // certificate): another host's connection never carries this route's judgement.
+    if conn.tls && conn.sni.as_deref() != host {
+        return Verdict::Answer(Local::Misdirected.response());
+    }
     let presented = conn.client_cert.as_deref();
     let refuse = |local: Local<'_>| match &rules.error_page {
         Some(location) => Verdict::Answer(
@@ -204,9 +221,14 @@ fn where_to<'a>(
                     ext.path()
                 ));
             }
-            let pool = errors::pool_for(action).ok_or_else(|| {
-                format!("auth-url: the route for {host}{} has no pool", ext.path())
-            })?;
+            // The route's own pool only: a default backend answering in its place must never
+            // be taken for the auth service.
+            let Target::Cluster(pool) = &action.target else {
+                return Err(format!(
+                    "auth-url: the route for {host}{} has no pool",
+                    ext.path()
+                ));
+            };
             let value = HeaderValue::from_str(host).map_err(|e| e.to_string())?;
             Ok((pool, value))
         }

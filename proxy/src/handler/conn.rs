@@ -31,6 +31,9 @@ pub struct ConnInfo {
     pub slot: Option<Slot>,
     /// The certificate the client presented in the TLS handshake (only on hosts that ask).
     pub client_cert: Option<Arc<ClientCert>>,
+    /// The server name of the TLS handshake (lower case), when one was read: a route that
+    /// asks for client certificates is refused (421) to requests naming another host.
+    pub sni: Option<Arc<str>>,
 }
 
 /// A client connection's place under `--max-connections`, shared by whatever serves it: the
@@ -103,13 +106,16 @@ impl ConnInfo {
             trusted,
             slot: None,
             client_cert: None,
+            sni: None,
         }
     }
 
-    /// The same facts with the certificate the client presented.
+    /// The same facts with what the TLS handshake told: the server name and the certificate
+    /// the client presented.
     #[must_use]
-    pub fn with_client_cert(mut self, cert: ClientCert) -> Self {
-        self.client_cert = Some(Arc::new(cert));
+    pub fn with_handshake(mut self, sni: Option<&str>, cert: Option<ClientCert>) -> Self {
+        self.sni = sni.map(|s| Arc::from(s.to_ascii_lowercase()));
+        self.client_cert = cert.map(Arc::new);
         self
     }
 

@@ -201,6 +201,12 @@ fn request_host<B>(req: &Request<B>) -> Option<&str> {
     })
 }
 
+/// The request's host, normalised (lower case, no port), as the route table matched it.
+fn host_of<B>(req: &Request<B>) -> Option<String> {
+    let mut buf = HostBuf::default();
+    normalize_request_host(request_host(req)?, &mut buf).map(str::to_string)
+}
+
 /// The answers a route's edits give instead of proxying, in nginx's order: `app-root` (a
 /// server-level rewrite, first), then the route's own redirect.
 fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<Response<RespBody>> {
@@ -257,7 +263,7 @@ async fn route(
         .response();
     }
     let cert_fields = match &action.client_cert {
-        Some(rules) => match auth::client_cert(rules, conn) {
+        Some(rules) => match auth::client_cert(rules, conn, host_of(&req).as_deref()) {
             auth::Verdict::Pass(fields) => fields,
             auth::Verdict::Answer(answer) => return answer,
         },
@@ -313,7 +319,10 @@ async fn route(
                 auth::Verdict::Answer(answer) => return answer,
             }
         }
-        _ => None,
+        // Admitted by the ranges alone: the fields the auth service would set are still the
+        // auth service's, so a client's own copies go.
+        Some(gate) => auth::skipped(gate),
+        None => None,
     };
     // The route's pool, or the Ingress's default backend when that pool is gone or empty.
     let Some(cluster) = errors::pool_for(action) else {

@@ -68,6 +68,10 @@ pub(crate) enum Local<'a> {
     /// The connection's certificate does not verify against the route's CAs (nginx's 495,
     /// sent as 400).
     CertificateInvalid,
+    /// A request for a host that asks for client certificates on a connection whose TLS
+    /// handshake named another host (HTTP/2 connection reuse, or a client dodging the check):
+    /// 421, so a browser retries on a connection of its own.
+    Misdirected,
     /// Over an Ingress's request limits (`--limit-req-status-code`).
     Limited(StatusCode),
     /// A CORS preflight answered by sluice (`enable-cors`).
@@ -153,6 +157,7 @@ impl Local<'_> {
                 "400 Bad Request: No required SSL certificate was sent\n",
                 false,
             ),
+            Local::Misdirected => row(S::MISDIRECTED_REQUEST, "421 Misdirected Request\n", false),
             Local::CertificateInvalid => row(
                 S::BAD_REQUEST,
                 "400 Bad Request: The SSL certificate error\n",
@@ -308,6 +313,7 @@ mod tests {
             (Local::Unauthorized, 401, false),
             (Local::CertificateMissing, 400, false),
             (Local::CertificateInvalid, 400, false),
+            (Local::Misdirected, 421, false),
             (
                 Local::Failed {
                     status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -34,7 +34,6 @@ use crate::io::prefixed::Prefixed;
 use crate::state::auth::client_cert::{ClientAuth, ClientCert};
 use crate::state::dataplane::DataPlane;
 use fastpath::{FastPath, Outcome};
-use sluice_config::behaviour::VerifyClient;
 
 /// Listener options.
 #[derive(Debug, Clone)]
@@ -396,16 +395,19 @@ async fn terminate<S>(
         Ok(Ok(tls)) => {
             let hs = &ctx.dp.handshakes;
             hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
-            let info = match (host_auth, tls.get_ref().1.peer_certificates()) {
-                (Some(auth), Some(chain)) => {
-                    let chain: Vec<_> = chain.iter().map(|c| c.clone().into_owned()).collect();
-                    // Verified in the handshake, unless `optional_no_ca` let it through anyway.
-                    let verified =
-                        auth.verify != VerifyClient::OptionalNoCa || auth.verifies(&chain);
-                    let cert = ClientCert::read(chain, verified.then_some(auth));
-                    Arc::new(ConnInfo::clone(&info).with_client_cert(cert))
+            let info = match host_auth {
+                Some(auth) => {
+                    let conn = tls.get_ref().1;
+                    // The handshake checked the key only: the chain is verified here, once per
+                    // connection, and each route judges the result.
+                    let cert = conn.peer_certificates().map(|chain| {
+                        let chain: Vec<_> = chain.iter().map(|c| c.clone().into_owned()).collect();
+                        let verified = auth.verifies(&chain);
+                        ClientCert::read(chain, verified.then_some(auth))
+                    });
+                    Arc::new(ConnInfo::clone(&info).with_handshake(conn.server_name(), cert))
                 }
-                _ => info,
+                None => info,
             };
             // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
             let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");

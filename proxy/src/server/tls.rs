@@ -13,7 +13,6 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme, version};
-use sluice_config::behaviour::VerifyClient;
 use sluice_config::host::{HostBuf, normalize_request_host};
 
 use crate::crypto::{backend, provider};
@@ -69,11 +68,11 @@ pub fn server_config(
     Ok(Arc::new(cfg))
 }
 
-/// A host's client-certificate verifier: asks for a certificate without requiring one (a
-/// missing one is the route's 400, as in nginx), verifies a presented chain against the host's
-/// CAs and depth, and under `optional_no_ca` accepts a chain that does not verify (the route
-/// then sends `ssl-client-verify: FAILED`). Signatures are always checked: the client must
-/// hold the key of the certificate it presents.
+/// A host's client-certificate verifier: asks for a certificate (hinting the host's CAs)
+/// without requiring one, and checks only that the client holds the key of what it presents.
+/// Whether the chain verifies is the route's decision after the handshake
+/// ([`ClientAuth::judge`]), as nginx decides it per request: a missing or unverified
+/// certificate then gets its 400 (or `auth-tls-error-page`), not a bare handshake alert.
 #[derive(Debug)]
 pub struct HostVerifier {
     /// The host's rules.
@@ -95,25 +94,11 @@ impl ClientCertVerifier for HostVerifier {
 
     fn verify_client_cert(
         &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        let verified = if self.auth.within_depth(intermediates.len()) {
-            self.auth
-                .verifier
-                .verify_client_cert(end_entity, intermediates, now)
-        } else {
-            Err(rustls::Error::General(
-                "client certificate chain longer than auth-tls-verify-depth".into(),
-            ))
-        };
-        match verified {
-            Err(_) if self.auth.verify == VerifyClient::OptionalNoCa => {
-                Ok(ClientCertVerified::assertion())
-            }
-            other => other,
-        }
+        Ok(ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

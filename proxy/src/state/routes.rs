@@ -189,30 +189,35 @@ fn compile_action(
         }
         HeaderValue::from_str(&v).ok()
     });
-    // A gate that cannot be built keeps the route closed.
-    let (target, auth) = match r
+    // Rules that cannot be built keep the route closed, and its default backend unused.
+    let mut closed = None;
+    let auth = match r
         .options
         .edits
         .auth
         .as_ref()
         .map(|a| Gate::compile(a, clusters))
     {
-        None => (target, None),
-        Some(Ok(g)) => (target, Some(Box::new(g))),
-        Some(Err(why)) => (
-            Target::Unavailable(Arc::from(format!("Ingress {ingress}: {why}"))),
-            None,
-        ),
+        None => None,
+        Some(Ok(g)) => Some(Box::new(g)),
+        Some(Err(why)) => {
+            closed = Some(why);
+            None
+        }
     };
-    let (target, client_cert) = match &r.options.edits.client_cert {
-        None => (target, None),
+    let client_cert = match &r.options.edits.client_cert {
+        None => None,
         Some(c) => match cx.client_auth(c) {
-            Ok(a) => (target, Some(a)),
-            Err(why) => (
-                Target::Unavailable(Arc::from(format!("Ingress {ingress}: {why}"))),
-                None,
-            ),
+            Ok(a) => Some(a),
+            Err(why) => {
+                closed = Some(why);
+                None
+            }
         },
+    };
+    let target = match &closed {
+        Some(why) => Target::Unavailable(Arc::from(format!("Ingress {ingress}: {why}"))),
+        None => target,
     };
     let edits = Edits::compile(&r.options.edits, &r.path);
     // Limits count per Ingress: every route of one Ingress shares its limiter.
@@ -227,7 +232,7 @@ fn compile_action(
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
         general_only: edits.is_some(),
         fallback: match &r.fallback {
-            Some(RouteAction::Cluster(k)) => clusters.get(k).cloned(),
+            Some(RouteAction::Cluster(k)) if closed.is_none() => clusters.get(k).cloned(),
             _ => None,
         },
         limiter,

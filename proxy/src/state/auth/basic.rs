@@ -23,6 +23,8 @@ use super::password;
 const PASSED_SLOTS: usize = 256;
 /// Slow password checks running at once per route.
 const SLOW_AT_ONCE: usize = 2;
+/// The longest password checked (bytes); nginx's own limit is the request head's size.
+pub const MAX_PASSWORD: usize = 1024;
 
 /// A route's compiled Basic authentication.
 #[derive(Debug)]
@@ -72,17 +74,28 @@ impl Basic {
         let Some((user, pass)) = decode(value.as_bytes()) else {
             return false;
         };
+        // Hash cost grows with the password (apr1 hashes it 1,000 times, SHA-crypt more): a
+        // longer one is refused before any hashing.
+        if pass.len() > MAX_PASSWORD {
+            return false;
+        }
         let Some(stored) = self.users.get(user.as_slice()) else {
             return false;
         };
         let ok = if stored.scheme.is_slow() {
-            let Ok(_permit) = self.slow.acquire().await else {
+            // The permit travels with the blocking task: a client that gives up does not free
+            // a place while its hash still runs.
+            let Ok(permit) = Arc::clone(&self.slow).acquire_owned().await else {
                 return false;
             };
             let stored = stored.clone();
-            tokio::task::spawn_blocking(move || password::verify(&stored, &pass))
-                .await
-                .unwrap_or(false)
+            tokio::task::spawn_blocking(move || {
+                let ok = password::verify(&stored, &pass);
+                drop(permit);
+                ok
+            })
+            .await
+            .unwrap_or(false)
         } else {
             password::verify(stored, &pass)
         };
@@ -153,6 +166,7 @@ mod tests {
             basic("alice:"),
             basic("bob:U*V"),
             basic("carol:x"),
+            basic(&format!("alice:{}", "w".repeat(MAX_PASSWORD + 1))),
             basic("alice"),
             with("Bearer abc"),
             with("Basic !!!"),

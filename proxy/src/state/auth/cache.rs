@@ -29,6 +29,8 @@ pub struct Answer {
     pub cookies: Vec<HeaderValue>,
     /// Its `WWW-Authenticate`.
     pub challenge: Option<HeaderValue>,
+    /// Whether it may be remembered.
+    pub cacheable: bool,
 }
 
 impl Answer {
@@ -46,13 +48,23 @@ impl Answer {
                 .cloned()
                 .collect(),
             challenge: headers.get(header::WWW_AUTHENTICATE).cloned(),
+            cacheable: !headers.contains_key(header::SET_COOKIE)
+                && !headers
+                    .get_all(header::CACHE_CONTROL)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .any(|d| {
+                        let d = d.trim().to_ascii_lowercase();
+                        d == "no-store" || d == "no-cache" || d == "private"
+                    }),
         }
     }
 }
 
 #[derive(Debug)]
 struct Entry {
-    key: Box<str>,
+    key: Box<[u8]>,
     expires: Instant,
     answer: Arc<Answer>,
 }
@@ -77,63 +89,73 @@ impl AnswerCache {
         }
     }
 
-    /// The request's key: the template with its variables filled in (a missing one is empty,
-    /// as in nginx), each followed by a separator so that `a`+`bc` and `ab`+`c` differ.
-    pub fn key_for<B>(&self, req: &Request<B>, client: IpAddr, host: &str) -> String {
-        let mut out = String::new();
+    /// The request's key: the template with its variables filled in as raw bytes (a missing
+    /// one is empty, as in nginx), each followed by a separator so that `a`+`bc` and `ab`+`c`
+    /// differ.
+    pub fn key_for<B>(&self, req: &Request<B>, client: IpAddr, host: &str) -> Vec<u8> {
+        let mut out = Vec::new();
         let h = req.headers();
-        let text = |v: Option<&HeaderValue>| {
-            v.and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string()
-        };
         for part in &self.key {
             match part {
-                KeyPart::Literal(l) => out.push_str(l),
-                KeyPart::Header(n) => out.push_str(&text(h.get(n.as_str()))),
+                KeyPart::Literal(l) => out.extend_from_slice(l.as_bytes()),
+                KeyPart::Header(n) => {
+                    if let Some(v) = h.get(n.as_str()) {
+                        out.extend_from_slice(v.as_bytes());
+                    }
+                }
                 KeyPart::Cookie(c) => {
                     let v = h
                         .get_all(header::COOKIE)
                         .iter()
                         .find_map(|v| cookie(v.as_bytes(), c));
-                    out.push_str(&String::from_utf8_lossy(v.unwrap_or_default()));
+                    out.extend_from_slice(v.unwrap_or_default());
                 }
                 KeyPart::Arg(a) => {
                     let v = req.uri().query().and_then(|q| {
                         q.split('&')
                             .find_map(|kv| kv.strip_prefix(a.as_str())?.strip_prefix('='))
                     });
-                    out.push_str(v.unwrap_or_default());
+                    out.extend_from_slice(v.unwrap_or_default().as_bytes());
                 }
-                KeyPart::RemoteAddr => out.push_str(&client.to_string()),
-                KeyPart::RemoteUser => out.push_str(&remote_user(h).unwrap_or_default()),
-                KeyPart::Host => out.push_str(host),
-                KeyPart::RequestUri => {
-                    out.push_str(req.uri().path_and_query().map_or("/", |p| p.as_str()));
+                KeyPart::RemoteAddr => out.extend_from_slice(client.to_string().as_bytes()),
+                KeyPart::RemoteUser => out.extend_from_slice(&remote_user(h).unwrap_or_default()),
+                KeyPart::Host => out.extend_from_slice(host.as_bytes()),
+                KeyPart::RequestUri => out.extend_from_slice(
+                    req.uri()
+                        .path_and_query()
+                        .map_or("/", |p| p.as_str())
+                        .as_bytes(),
+                ),
+                KeyPart::Uri => out.extend_from_slice(req.uri().path().as_bytes()),
+                KeyPart::Args => {
+                    out.extend_from_slice(req.uri().query().unwrap_or_default().as_bytes());
                 }
-                KeyPart::Uri => out.push_str(req.uri().path()),
-                KeyPart::Args => out.push_str(req.uri().query().unwrap_or_default()),
-                KeyPart::Method => out.push_str(req.method().as_str()),
+                KeyPart::Method => out.extend_from_slice(req.method().as_str().as_bytes()),
             }
-            out.push('\u{1f}');
+            out.push(0x1f);
         }
         out
     }
 
-    fn slot(&self, key: &str) -> &ArcSwapOption<Entry> {
+    fn slot(&self, key: &[u8]) -> &ArcSwapOption<Entry> {
         use std::hash::BuildHasher;
         &self.slots[(self.hasher.hash_one(key) as usize) % SLOTS]
     }
 
     /// The answer remembered for `key`, while it lasts.
-    pub fn get(&self, key: &str) -> Option<Arc<Answer>> {
+    pub fn get(&self, key: &[u8]) -> Option<Arc<Answer>> {
         let guard = self.slot(key).load();
         let e = guard.as_ref()?;
-        (&*e.key == key && e.expires > Instant::now()).then(|| Arc::clone(&e.answer))
+        (*e.key == *key && e.expires > Instant::now()).then(|| Arc::clone(&e.answer))
     }
 
-    /// Remembers `answer` under `key` when `auth-cache-duration` covers its status.
-    pub fn put(&self, key: String, answer: &Answer) {
+    /// Remembers `answer` under `key` when `auth-cache-duration` covers its status and the
+    /// answer may be kept (as nginx's `proxy_cache`: not with `Set-Cookie`, nor with
+    /// `Cache-Control: no-store`, `no-cache` or `private`).
+    pub fn put(&self, key: Vec<u8>, answer: &Answer) {
+        if !answer.cacheable {
+            return;
+        }
         let code = answer.status.as_u16();
         let Some(ttl) = self
             .valid
@@ -144,7 +166,7 @@ impl AnswerCache {
             return;
         };
         self.slot(&key).store(Some(Arc::new(Entry {
-            key: key.into_boxed_str(),
+            key: key.into_boxed_slice(),
             expires: Instant::now() + ttl,
             answer: Arc::new(answer.clone()),
         })));
@@ -152,7 +174,7 @@ impl AnswerCache {
 }
 
 /// The user of a Basic `Authorization` (nginx's `$remote_user`).
-fn remote_user(h: &HeaderMap) -> Option<String> {
+fn remote_user(h: &HeaderMap) -> Option<Vec<u8>> {
     let v = h.get(header::AUTHORIZATION)?.as_bytes();
     let (scheme, rest) = v.split_at_checked(6)?;
     if !scheme.eq_ignore_ascii_case(b"basic ") {
@@ -161,8 +183,7 @@ fn remote_user(h: &HeaderMap) -> Option<String> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(rest.trim_ascii())
         .ok()?;
-    let user = raw.split(|b| *b == b':').next()?;
-    Some(String::from_utf8_lossy(user).into_owned())
+    raw.split(|b| *b == b':').next().map(<[u8]>::to_vec)
 }
 
 #[cfg(test)]
@@ -182,6 +203,7 @@ mod tests {
             fields: Vec::new(),
             cookies: Vec::new(),
             challenge: None,
+            cacheable: true,
         }
     }
 
@@ -201,18 +223,33 @@ mod tests {
             .body(())
             .unwrap_or_default();
         let key = c.key_for(&req, IpAddr::from([10, 0, 0, 1]), "h.test");
-        assert_eq!(key, "alice\u{1f}t\u{1f}abc\u{1f}1\u{1f}10.0.0.1\u{1f}");
+        assert_eq!(key, b"alice\x1ft\x1fabc\x1f1\x1f10.0.0.1\x1f");
     }
 
     #[test]
     fn only_listed_statuses_are_kept_and_keys_never_mix() {
         let c = cache(vec![KeyPart::Header("x-token".into())]);
-        c.put("a".into(), &answer(200));
-        c.put("b".into(), &answer(403));
-        assert_eq!(c.get("a").map(|a| a.status.as_u16()), Some(200));
-        assert!(c.get("b").is_none(), "403 is not in the durations");
-        assert!(c.get("c").is_none());
-        c.put("a".into(), &answer(401));
-        assert_eq!(c.get("a").map(|a| a.status.as_u16()), Some(401), "replaced");
+        c.put(b"a".to_vec(), &answer(200));
+        c.put(b"b".to_vec(), &answer(403));
+        assert_eq!(c.get(b"a").map(|a| a.status.as_u16()), Some(200));
+        assert!(c.get(b"b").is_none(), "403 is not in the durations");
+        assert!(c.get(b"c").is_none());
+        c.put(b"a".to_vec(), &answer(401));
+        assert_eq!(
+            c.get(b"a").map(|a| a.status.as_u16()),
+            Some(401),
+            "replaced"
+        );
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=0, private"),
+        );
+        c.put(b"d".to_vec(), &Answer::of(StatusCode::OK, &h, &[]));
+        assert!(c.get(b"d").is_none(), "Cache-Control: private");
+        let mut h = HeaderMap::new();
+        h.insert(header::SET_COOKIE, HeaderValue::from_static("s=1"));
+        c.put(b"e".to_vec(), &Answer::of(StatusCode::OK, &h, &[]));
+        assert!(c.get(b"e").is_none(), "Set-Cookie");
     }
 }

@@ -1,10 +1,13 @@
 //! HTTP Digest authentication (`auth-type: digest`), as nginx's auth-digest module speaks it:
-//! RFC 7616 with MD5 and `qop=auth` against an htdigest file's HA1 values. Nonces are
-//! stateless (a timestamp and a keyed tag), live [`NONCE_LIFETIME`] (then the client is told
-//! `stale=true` and retries without asking its user), and each nonce's count must grow, so a
-//! captured `Authorization` cannot be replayed while its nonce lives. The counts are kept in a
-//! fixed lock-free table: a nonce pushed out of it by [`COUNT_SLOTS`] newer ones could be
-//! replayed once within its lifetime, for the same method and URI only.
+//! RFC 7616 with MD5 and `qop=auth` against an htdigest file's HA1 values. Every challenge gets
+//! its own nonce (the time, a random part and a keyed tag), accepted for [`NONCE_LIFETIME`]
+//! (then the client is told `stale=true` and retries without asking its user). Each nonce's
+//! counts are remembered, so a captured `Authorization` cannot be replayed: a count already
+//! seen, or more than [`WINDOW`] below the highest, is refused (a browser's parallel requests may
+//! arrive a little out of order). The key and the counts are process-wide, so a configuration
+//! change neither invalidates the nonces clients hold nor forgets their counts; the counts live
+//! in a fixed lock-free table of [`COUNT_SLOTS`] entries, and a nonce whose entry another one
+//! took could be replayed once within its lifetime, for the same method and URI only.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -19,16 +22,64 @@ use super::password::same;
 
 /// How long a nonce is accepted.
 pub const NONCE_LIFETIME: Duration = Duration::from_secs(300);
-/// Nonces whose counts are remembered per route.
-pub const COUNT_SLOTS: usize = 4096;
+/// Nonces whose counts are remembered (process-wide, 8 bytes each).
+pub const COUNT_SLOTS: usize = 65_536;
+/// How far below the highest count a count may arrive.
+pub const WINDOW: u64 = 16;
 
 /// A route's compiled digest authentication.
 #[derive(Debug)]
 pub struct Digest {
     realm: String,
     users: HashMap<Box<[u8]>, String>,
-    keys: std::hash::RandomState,
+}
+
+/// The nonce key and the counts, shared by every digest route of the process.
+struct Nonces {
+    key: std::hash::RandomState,
     counts: Box<[AtomicU64]>,
+}
+
+fn nonces() -> &'static Nonces {
+    static NONCES: std::sync::OnceLock<Nonces> = std::sync::OnceLock::new();
+    NONCES.get_or_init(|| Nonces {
+        key: std::hash::RandomState::new(),
+        counts: (0..COUNT_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+    })
+}
+
+/// Records count `nc` of the nonce whose fingerprint is `fp` in a slot holding
+/// `fp:32 | highest:16 | seen-below-highest:16`; `false` for a replay or a count too old.
+fn record(slot: &AtomicU64, fp: u64, nc: u64) -> bool {
+    if nc == 0 || nc > 0xffff {
+        return false;
+    }
+    let mut current = slot.load(Ordering::Acquire);
+    loop {
+        let (cur_fp, max, seen) = (current >> 32, (current >> 16) & 0xffff, current & 0xffff);
+        let next = if cur_fp != fp {
+            // A new nonce (or one that takes over another's slot).
+            (fp << 32) | (nc << 16)
+        } else if nc > max {
+            let shift = nc - max;
+            let seen = if shift > WINDOW {
+                0
+            } else {
+                ((seen << shift) | (1 << (shift - 1))) & 0xffff
+            };
+            (fp << 32) | (nc << 16) | seen
+        } else {
+            let below = max - nc; // 0 is the highest itself
+            if below == 0 || below > WINDOW || seen & (1 << (below - 1)) != 0 {
+                return false;
+            }
+            current | (1 << (below - 1))
+        };
+        match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => current = now,
+        }
+    }
 }
 
 /// Why a request was not admitted.
@@ -110,18 +161,22 @@ impl Digest {
                 .iter()
                 .map(|(u, h)| (Box::from(u.as_bytes()), h.clone()))
                 .collect(),
-            keys: std::hash::RandomState::new(),
-            counts: (0..COUNT_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
-    fn tag(&self, issued: u64) -> u64 {
-        self.keys.hash_one((issued, "sluice digest nonce"))
+    fn tag(issued: u64, random: u64) -> u64 {
+        nonces()
+            .key
+            .hash_one((issued, random, "sluice digest nonce"))
     }
 
-    /// A nonce issued now.
+    /// A nonce issued at `issued`: its own random part, so no two challenges share one.
     fn nonce(&self, issued: u64) -> String {
-        format!("{issued:016x}{:016x}", self.tag(issued))
+        let random = fastrand::u64(..);
+        format!(
+            "{issued:016x}{random:016x}{:016x}",
+            Self::tag(issued, random)
+        )
     }
 
     /// `WWW-Authenticate` for a 401, with a fresh nonce.
@@ -199,30 +254,25 @@ impl Digest {
             return bad;
         }
         // The response is right: now the nonce must be ours, fresh, and its count new.
-        let issued = match (nonce.get(..16), nonce.get(16..)) {
-            (Some(ts), Some(tag)) if nonce.len() == 32 => {
-                match (u64::from_str_radix(ts, 16), u64::from_str_radix(tag, 16)) {
-                    (Ok(ts), Ok(tag)) if tag == self.tag(ts) => ts,
-                    _ => return bad,
-                }
-            }
-            _ => return bad,
+        let field =
+            |r: std::ops::Range<usize>| nonce.get(r).and_then(|h| u64::from_str_radix(h, 16).ok());
+        let (Some(issued), Some(random), Some(tag)) = (field(0..16), field(16..32), field(32..48))
+        else {
+            return bad;
         };
+        if nonce.len() != 48 || tag != Self::tag(issued, random) {
+            return bad;
+        }
         if issued > now || now - issued > NONCE_LIFETIME.as_secs() {
             return Err(Refused::Stale);
         }
-        let fp = self.keys.hash_one(nonce) >> 32;
-        let slot = &self.counts[(fp as usize) % COUNT_SLOTS];
-        let mut seen = slot.load(Ordering::Acquire);
-        loop {
-            if seen >> 32 == fp && (seen & 0xffff_ffff) >= u64::from(count) {
-                return bad; // a replay, or an older count
-            }
-            let next = (fp << 32) | u64::from(count);
-            match slot.compare_exchange_weak(seen, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
-                Err(now_seen) => seen = now_seen,
-            }
+        let n = nonces();
+        let fp = n.key.hash_one(nonce) >> 32;
+        let slot = &n.counts[(n.key.hash_one((nonce, 1u8)) as usize) % COUNT_SLOTS];
+        if record(slot, fp, u64::from(count)) {
+            Ok(())
+        } else {
+            bad // a replay, or a count too old
         }
     }
 }
@@ -283,6 +333,38 @@ mod tests {
             g.check_at("GET", "/a?b", Some(&a3), later),
             Err(Refused::Stale)
         );
+    }
+
+    #[test]
+    fn counts_may_arrive_out_of_order_but_never_twice() {
+        let g = gate();
+        let now = 3_000_000;
+        let n = g.nonce(now);
+        let ok = |nc: &str| {
+            let a = answer("s3cret", &n, nc, "GET", "/x");
+            g.check_at("GET", "/x", Some(&a), now) == Ok(())
+        };
+        assert!(ok("00000003"));
+        assert!(ok("00000001"), "an earlier count, late");
+        assert!(ok("00000002"));
+        assert!(!ok("00000002"), "a replay");
+        assert!(ok("00000020"));
+        assert!(!ok("00000003"), "more than the window below the highest");
+        // Two clients challenged in the same second get different nonces.
+        assert_ne!(g.nonce(now), g.nonce(now));
+    }
+
+    #[test]
+    fn the_slot_keeps_the_highest_count_and_the_ones_below() {
+        let slot = AtomicU64::new(0);
+        assert!(record(&slot, 7, 5));
+        assert!(!record(&slot, 7, 5));
+        assert!(record(&slot, 7, 4));
+        assert!(!record(&slot, 7, 4));
+        assert!(record(&slot, 7, 40));
+        assert!(!record(&slot, 7, 20), "40 - 20 is beyond the window");
+        assert!(record(&slot, 8, 1), "another nonce takes the slot");
+        assert!(!record(&slot, 8, 0) && !record(&slot, 8, 0x1_0000));
     }
 
     #[test]
