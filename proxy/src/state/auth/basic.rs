@@ -20,9 +20,9 @@ use tokio::sync::Semaphore;
 use super::password;
 
 /// Remembered credentials per route.
-const PASSED_SLOTS: usize = 256;
+pub const PASSED_SLOTS: usize = 256;
 /// Slow password checks running at once per route.
-const SLOW_AT_ONCE: usize = 2;
+pub const SLOW_AT_ONCE: usize = 2;
 /// The longest password checked (bytes); nginx's own limit is the request head's size.
 pub const MAX_PASSWORD: usize = 1024;
 
