@@ -98,6 +98,53 @@ pub enum UpstreamProtocol {
     H2c,
     /// HTTP/1.1 over TLS (`appProtocol: https` or the backend-protocol annotation).
     Https,
+    /// HTTP/2 over TLS, ALPN `h2` (`backend-protocol: GRPCS`).
+    H2Tls,
+}
+
+impl UpstreamProtocol {
+    /// Whether requests go over HTTP/2 (one shared connection per endpoint).
+    pub fn is_h2(self) -> bool {
+        matches!(self, Self::H2c | Self::H2Tls)
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Self::Https | Self::H2Tls)
+    }
+}
+
+/// How sluice speaks TLS to a pool's pods (ingress-nginx's `proxy-ssl-*`). A pool without one
+/// uses the global upstream TLS (`--upstream-ca-file`: verification against that bundle, else
+/// none).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamTlsSpec {
+    /// `proxy-ssl-secret`'s `ca.crt`: the CAs the pods' certificates must chain to.
+    pub ca_pem: Option<Vec<u8>>,
+    /// `proxy-ssl-secret`'s `tls.crt`/`tls.key`: the client certificate sluice presents.
+    pub client: Option<CertificatePem>,
+    /// `proxy-ssl-verify: on`.
+    pub verify: bool,
+    /// `proxy-ssl-name`: the name the pod's certificate is verified for (and sent as SNI with
+    /// `proxy-ssl-server-name`); without it, the pod's IP.
+    pub name: Option<String>,
+    /// `proxy-ssl-server-name: on`: send SNI.
+    pub sni: bool,
+    /// The Secret it came from.
+    pub secret: Option<ObjectRef>,
+}
+
+impl fmt::Debug for UpstreamTlsSpec {
+    /// Names the Secret rather than print its PEM.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTlsSpec")
+            .field("secret", &self.secret.as_ref().map(ToString::to_string))
+            .field("verify", &self.verify)
+            .field("name", &self.name)
+            .field("sni", &self.sni)
+            .field("client_certificate", &self.client.is_some())
+            .finish()
+    }
 }
 
 /// How a pool picks an endpoint for a request.
@@ -213,6 +260,8 @@ pub struct ClusterSpec {
     /// `service-upstream`: the one endpoint is the Service's ClusterIP (kube-proxy balances),
     /// so EndpointSlice changes do not touch this pool.
     pub service_upstream: bool,
+    /// `proxy-ssl-*`: this pool's own upstream TLS.
+    pub tls: Option<UpstreamTlsSpec>,
 }
 
 /// Where a matched request goes.

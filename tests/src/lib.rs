@@ -82,6 +82,28 @@ pub fn annotated_ingress(
     )
 }
 
+/// YAML for an Ingress `name` on host `NAME.test` sending `/` to Service `svc`, with these
+/// ingress-nginx annotations (names without the `nginx.ingress.kubernetes.io/` prefix).
+pub fn nginx_ingress(name: &str, svc: &str, annotations: &[(&str, &str)]) -> String {
+    let keys: Vec<(String, String)> = annotations
+        .iter()
+        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+        .collect();
+    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    annotated_ingress(name, &format!("{name}.test"), &[("/", "Prefix", svc)], &ann)
+}
+
+/// YAML for an Opaque Secret with these `stringData` keys.
+pub fn opaque_secret(name: &str, data: &[(&str, &str)]) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: Opaque\nstringData:\n"
+    );
+    for (k, v) in data {
+        let _ = writeln!(s, "  {k}: {}", serde_json::to_string(v).unwrap());
+    }
+    s
+}
+
 /// YAML for a Service with port 80 named `http`.
 pub fn service(name: &str) -> String {
     format!(

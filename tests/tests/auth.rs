@@ -169,30 +169,6 @@ fn in_namespace(yaml: &str, ns: &str) -> String {
     yaml.replace("namespace: default", &format!("namespace: {ns}"))
 }
 
-fn secret(name: &str, data: &[(&str, &str)]) -> String {
-    let mut s = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: Opaque\nstringData:\n"
-    );
-    for (k, v) in data {
-        s.push_str(&format!("  {k}: {}\n", serde_json::to_string(v).unwrap()));
-    }
-    s
-}
-
-fn ingress_row(name: &str, ann: &[(&str, &str)]) -> String {
-    let keys: Vec<(String, String)> = ann
-        .iter()
-        .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
-        .collect();
-    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    annotated_ingress(
-        name,
-        &format!("{name}.test"),
-        &[("/", "Prefix", "svc")],
-        &ann,
-    )
-}
-
 struct Setup {
     s: Serving,
     m: Manifests,
@@ -231,12 +207,12 @@ async fn setup() -> Setup {
     m.write(
         "secrets.yaml",
         &[
-            secret("users", &[("auth", HTPASSWD)]),
-            secret(
+            opaque_secret("users", &[("auth", HTPASSWD)]),
+            opaque_secret(
                 "map",
                 &[("carol", "{PLAIN}map-pass"), ("dave", "not a hash")],
             ),
-            secret(
+            opaque_secret(
                 "digest-users",
                 &[("auth", &htdigest("alice", "staff", "s3cret"))],
             ),
@@ -245,16 +221,18 @@ async fn setup() -> Setup {
     );
     let ext = "http://oauth.auth.svc.cluster.local/check?from=sluice";
     let rows = [
-        ingress_row(
+        nginx_ingress(
             "basic",
+            "svc",
             &[
                 ("auth-type", "basic"),
                 ("auth-secret", "users"),
                 ("auth-realm", "staff only"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "map",
+            "svc",
             &[
                 ("auth-type", "basic"),
                 ("auth-secret", "default/map"),
@@ -262,16 +240,18 @@ async fn setup() -> Setup {
             ],
         ),
         // Closed: its default backend must not serve in its place either.
-        ingress_row(
+        nginx_ingress(
             "missing",
+            "svc",
             &[
                 ("auth-type", "basic"),
                 ("auth-secret", "nope"),
                 ("default-backend", "svc"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "any-ext",
+            "svc",
             &[
                 ("whitelist-source-range", "127.0.0.0/8"),
                 (
@@ -282,32 +262,36 @@ async fn setup() -> Setup {
                 ("satisfy", "any"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "digest",
+            "svc",
             &[
                 ("auth-type", "digest"),
                 ("auth-secret", "digest-users"),
                 ("auth-realm", "staff"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "digest-map",
+            "svc",
             &[
                 ("auth-type", "digest"),
                 ("auth-secret", "map"),
                 ("auth-secret-type", "auth-map"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "ext",
+            "svc",
             &[
                 ("auth-url", ext),
                 ("auth-response-headers", "X-Auth-Request-User"),
                 ("proxy-read-timeout", "1"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "signin",
+            "svc",
             &[
                 ("auth-url", ext),
                 ("auth-signin", "https://login.test/start"),
@@ -315,9 +299,14 @@ async fn setup() -> Setup {
                 ("auth-always-set-cookie", "true"),
             ],
         ),
-        ingress_row("gone", &[("auth-url", "http://gone.auth.svc:80/check")]),
-        ingress_row(
+        nginx_ingress(
+            "gone",
+            "svc",
+            &[("auth-url", "http://gone.auth.svc:80/check")],
+        ),
+        nginx_ingress(
             "param",
+            "svc",
             &[
                 ("auth-url", ext),
                 ("auth-signin", "https://login.test/start?x=1"),
@@ -325,24 +314,28 @@ async fn setup() -> Setup {
                 ("auth-request-redirect", "https://app.test/back"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "always",
+            "svc",
             &[("auth-url", ext), ("auth-always-set-cookie", "true")],
         ),
-        ingress_row(
+        nginx_ingress(
             "snippet",
+            "svc",
             &[("auth-url", ext), ("auth-snippet", "proxy_set_header X 1;")],
         ),
-        ingress_row(
+        nginx_ingress(
             "cached",
+            "svc",
             &[
                 ("auth-url", ext),
                 ("auth-cache-key", "$http_authorization"),
                 ("auth-cache-duration", "200 401 1m"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "any-outside",
+            "svc",
             &[
                 ("whitelist-source-range", "10.0.0.0/8"),
                 ("auth-type", "basic"),
@@ -350,8 +343,9 @@ async fn setup() -> Setup {
                 ("satisfy", "any"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "any-inside",
+            "svc",
             &[
                 ("whitelist-source-range", "127.0.0.0/8"),
                 ("auth-type", "basic"),
@@ -359,8 +353,9 @@ async fn setup() -> Setup {
                 ("satisfy", "any"),
             ],
         ),
-        ingress_row(
+        nginx_ingress(
             "all-outside",
+            "svc",
             &[
                 ("whitelist-source-range", "10.0.0.0/8"),
                 ("auth-type", "basic"),
@@ -450,7 +445,7 @@ async fn basic_auth_checks_every_htpasswd_scheme_and_fails_closed() {
     // The Secret changes: the new password works and the old one stops, without a restart.
     m.write(
         "secrets.yaml",
-        &secret("users", &[("auth", "plain:{PLAIN}rotated\n")]),
+        &opaque_secret("users", &[("auth", "plain:{PLAIN}rotated\n")]),
     );
     let rotated = basic("plain", "rotated");
     let ok = eventually(Duration::from_secs(10), || async {
@@ -615,7 +610,7 @@ async fn digest_with_curl_and_files_written_by_htpasswd() {
     };
     m.write(
         "secrets.yaml",
-        &secret("users", &[("auth", &lines.join("\n"))]),
+        &opaque_secret("users", &[("auth", &lines.join("\n"))]),
     );
     for f in flags {
         let user = format!("user{}", &f[1..]);
@@ -712,8 +707,8 @@ async fn global_auth_from_the_configmap_covers_ingresses_that_do_not_opt_out() {
     m.write(
         "ing.yaml",
         &[
-            ingress_row("covered", &[]),
-            ingress_row("optout", &[("enable-global-auth", "false")]),
+            nginx_ingress("covered", "svc", &[]),
+            nginx_ingress("optout", "svc", &[("enable-global-auth", "false")]),
             // What cert-manager's HTTP-01 solver makes: its own Ingress for the token.
             annotated_ingress(
                 "solver",

@@ -153,16 +153,6 @@ fn row(name: &str, ann: &[(&str, &str)]) -> String {
     tls_ingress(name, &format!("{name}.test"), "server-tls", "svc", &ann)
 }
 
-fn ca_secret(name: &str, data: &[(&str, &str)]) -> String {
-    let mut s = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: Opaque\nstringData:\n"
-    );
-    for (k, v) in data {
-        s.push_str(&format!("  {k}: {}\n", serde_json::to_string(v).unwrap()));
-    }
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_required_checked_and_passed_on() {
     let pki = pki();
@@ -176,8 +166,8 @@ async fn client_certificates_are_required_checked_and_passed_on() {
         "secrets.yaml",
         &[
             tls_secret("server-tls", &server_cert, &server_key),
-            ca_secret("client-ca", &[("ca.crt", &pki.ca_pem)]),
-            ca_secret(
+            opaque_secret("client-ca", &[("ca.crt", &pki.ca_pem)]),
+            opaque_secret(
                 "with-crl",
                 &[
                     ("ca.crt", &pki.ca_pem),

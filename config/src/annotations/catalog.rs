@@ -186,7 +186,7 @@ pub const CATALOG: &[Entry] = &[
     e(
         "backend-protocol",
         Differs,
-        "HTTP, HTTPS, GRPC and H2C; GRPCS, AJP and FCGI are invalid",
+        "HTTP, HTTPS, GRPC (h2c), H2C and GRPCS (h2 over TLS, ALPN h2); AJP and FCGI are invalid",
     ),
     e("canary", Honoured, "weights change without a reload"),
     e("canary-by-cookie", Honoured, ""),
@@ -382,13 +382,37 @@ pub const CATALOG: &[Entry] = &[
         Differs,
         "checked, but sluice bounds writes to pods with its own deadlines",
     ),
-    e("proxy-ssl-ciphers", Unsupported, NOT_YET),
-    e("proxy-ssl-name", Unsupported, NOT_YET),
-    e("proxy-ssl-protocols", Unsupported, NOT_YET),
-    e("proxy-ssl-secret", Unsupported, NOT_YET),
-    e("proxy-ssl-server-name", Unsupported, NOT_YET),
-    e("proxy-ssl-verify", Unsupported, NOT_YET),
-    e("proxy-ssl-verify-depth", Unsupported, NOT_YET),
+    e(
+        "proxy-ssl-ciphers",
+        Differs,
+        "rustls's safe default suites are used to pods",
+    ),
+    e(
+        "proxy-ssl-name",
+        Honoured,
+        "the name pods' certificates are verified for (and the SNI with proxy-ssl-server-name); without it, the pod's IP",
+    ),
+    e(
+        "proxy-ssl-protocols",
+        Differs,
+        "TLS 1.2 and 1.3 to pods, whatever it says",
+    ),
+    e(
+        "proxy-ssl-secret",
+        Honoured,
+        "ca.crt to verify pods against, tls.crt/tls.key as sluice's client certificate; the pool's own TLS, oldest Ingress wins; a missing or broken Secret answers 503",
+    ),
+    e("proxy-ssl-server-name", Honoured, "on: SNI is sent"),
+    e(
+        "proxy-ssl-verify",
+        Honoured,
+        "on: pods' certificates must chain to the Secret's ca.crt (on without one answers 503)",
+    ),
+    e(
+        "proxy-ssl-verify-depth",
+        Differs,
+        "checked; webpki verifies the whole chain to a ca.crt root",
+    ),
     e(
         "rewrite-target",
         Honoured,

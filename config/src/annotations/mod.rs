@@ -25,6 +25,7 @@ pub mod catalog;
 pub mod client_cert;
 pub mod review;
 pub mod traffic;
+pub mod upstream_tls;
 
 /// The legacy class annotation.
 pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";
@@ -35,7 +36,7 @@ pub const SSL_REDIRECT: [&str; 2] = [
     "sluice.dev/ssl-redirect",
     "nginx.ingress.kubernetes.io/ssl-redirect",
 ];
-/// `HTTP`, `HTTPS`, `H2C` (also `GRPC` = h2c, `GRPCS` unsupported).
+/// `HTTP`, `HTTPS`, `H2C` (also `GRPC` = h2c), `GRPCS` (h2 over TLS).
 pub const BACKEND_PROTOCOL: [&str; 2] = [
     "sluice.dev/backend-protocol",
     "nginx.ingress.kubernetes.io/backend-protocol",
@@ -125,9 +126,10 @@ pub fn backend_protocol(
             "HTTP" => Ok(Some(UpstreamProtocol::Http1)),
             "HTTPS" => Ok(Some(UpstreamProtocol::Https)),
             "H2C" | "GRPC" => Ok(Some(UpstreamProtocol::H2c)),
+            "GRPCS" => Ok(Some(UpstreamProtocol::H2Tls)),
             _ => Err(AnnotationError {
                 name,
-                message: format!("{v:?} is not one of HTTP, HTTPS, H2C, GRPC"),
+                message: format!("{v:?} is not one of HTTP, HTTPS, H2C, GRPC, GRPCS"),
             }),
         },
     }
@@ -282,6 +284,16 @@ mod tests {
                 "https"
             )),
             Ok(Some(UpstreamProtocol::Https))
+        );
+        assert_eq!(
+            backend_protocol(&ann(
+                "nginx.ingress.kubernetes.io/backend-protocol",
+                "GRPCS"
+            )),
+            Ok(Some(UpstreamProtocol::H2Tls))
+        );
+        assert!(
+            backend_protocol(&ann("nginx.ingress.kubernetes.io/backend-protocol", "FCGI")).is_err()
         );
         assert_eq!(
             hsts(&ann(HSTS, "max-age=600; includeSubDomains")),

@@ -106,6 +106,8 @@ pub fn cluster_endpoints(world: &World, key: &ClusterKey) -> Option<Vec<Endpoint
 /// younger one that disagrees gets a `Conflict` warning.
 #[derive(Debug, Default)]
 pub(super) struct PoolAnnotations {
+    /// `proxy-ssl-*`, resolved against its Secret (`translate::upstream_tls`).
+    pub(super) tls: Option<crate::model::UpstreamTlsSpec>,
     protocol: Option<UpstreamProtocol>,
     balance: Option<BalancePolicy>,
     max_in_flight: Option<u32>,
@@ -148,6 +150,7 @@ impl PoolAnnotations {
             None
         });
         Self {
+            tls: None,
             protocol,
             balance,
             max_in_flight,
@@ -169,6 +172,8 @@ pub(super) struct Resolver<'w> {
     max_set_by: BTreeMap<ClusterKey, ObjectRef>,
     /// Which Ingress set `service-upstream` on a cluster (the oldest wins).
     via_cluster_ip_set_by: BTreeMap<ClusterKey, ObjectRef>,
+    /// Which Ingress set `proxy-ssl-*` on a cluster (the oldest wins).
+    tls_set_by: BTreeMap<ClusterKey, ObjectRef>,
     /// `--upstream-max-connections`.
     max_in_flight: Option<u32>,
 }
@@ -187,6 +192,7 @@ impl<'w> Resolver<'w> {
             balance_set_by: BTreeMap::new(),
             max_set_by: BTreeMap::new(),
             via_cluster_ip_set_by: BTreeMap::new(),
+            tls_set_by: BTreeMap::new(),
             max_in_flight,
         }
     }
@@ -321,6 +327,7 @@ impl<'w> Resolver<'w> {
                 endpoints: resolve_endpoints(world, ns, svc, port),
                 max_in_flight: default_max,
                 service_upstream: false,
+                tls: None,
             });
         if let Some(proto) = pool.protocol {
             first_wins(
@@ -343,6 +350,14 @@ impl<'w> Resolver<'w> {
                 (&mut cluster.max_in_flight, (max > 0).then_some(max)),
                 (&mut self.max_set_by, &key, src),
                 "upstream-max-connections",
+                p,
+            );
+        }
+        if let Some(tls) = &pool.tls {
+            first_wins(
+                (&mut cluster.tls, Some(tls.clone())),
+                (&mut self.tls_set_by, &key, src),
+                "proxy-ssl-secret",
                 p,
             );
         }

@@ -20,6 +20,7 @@ mod options;
 mod ownership;
 mod passthrough;
 mod tls;
+mod upstream_tls;
 
 use std::collections::BTreeMap;
 
@@ -256,7 +257,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let regex = options::wants_regex(ing);
         let www = options::www_redirect(ing, &src, &mut problems);
         let aliases = options::server_aliases(ing, &src, &mut problems);
-        let pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
+        let mut pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let mut locked = options::fail_closed(ing, &src, &mut problems);
         if locked.is_none() {
             let resolved =
@@ -264,8 +265,12 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     options.edits.auth = a;
                     auth::client_cert(ing, &src, world, &mut problems)
                 });
+            let resolved = resolved.and_then(|c| {
+                options.edits.client_cert = c;
+                upstream_tls::resolve(ing, &src, world, &mut problems)
+            });
             match resolved {
-                Ok(c) => options.edits.client_cert = c,
+                Ok(t) => pool.tls = t,
                 Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
             }
         }

@@ -20,7 +20,7 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
 use sluice_config::request_path;
-use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
+use sluice_config::{BalancePolicy, HashKey};
 
 use crate::handler::ConnInfo;
 use crate::handler::general::{finish, handle_in};
@@ -168,7 +168,7 @@ pub(crate) async fn dispatch(
             && !action.general_only
             && (action.limiter.is_none() || !conn.trusted)
             && let Target::Cluster(cluster) = &action.target
-            && cluster.protocol != UpstreamProtocol::H2c
+            && !cluster.protocol.is_h2()
             && !hashes_fields(&cluster.balance)
             && (!action.ssl_redirect || conn.tls)
         {

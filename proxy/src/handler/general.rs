@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
 use sluice_config::request_path;
-use sluice_config::{BalancePolicy, HashKey, UpstreamProtocol};
+use sluice_config::{BalancePolicy, HashKey};
 use tokio::io::AsyncWriteExt;
 
 use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
@@ -350,7 +350,7 @@ async fn route(
         .filter(|e| !e.custom_errors.is_empty() && action.fallback.is_some())
         .map(|_| errors::Original::of(req.headers(), req.uri()));
     let (mut parts, body) = req.into_parts();
-    let h2_up = cluster.protocol == UpstreamProtocol::H2c;
+    let h2_up = cluster.protocol.is_h2();
     let upgrade = !h2_up
         && lists(&parts.headers, &header::CONNECTION, "upgrade")
         && parts
@@ -387,7 +387,12 @@ async fn route(
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("localhost");
-        parts.uri = format!("http://{host}{pq}")
+        let scheme = if cluster.protocol.is_tls() {
+            "https"
+        } else {
+            "http"
+        };
+        parts.uri = format!("{scheme}://{host}{pq}")
             .parse()
             .unwrap_or_else(|_| Uri::from_static("/"));
     }

@@ -42,6 +42,7 @@ fn cluster(service: &str, eps: &[u8], protocol: UpstreamProtocol) -> ClusterSpec
         endpoints: eps.iter().map(|&i| ep(i)).collect(),
         max_in_flight: None,
         service_upstream: false,
+        tls: None,
     }
 }
 

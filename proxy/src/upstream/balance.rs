@@ -177,6 +177,7 @@ mod tests {
                     pools.get(crate::upstream::pool::PoolKey {
                         addr,
                         protocol: sluice_config::UpstreamProtocol::Http1,
+                        tls: None,
                     }),
                 ))
             })

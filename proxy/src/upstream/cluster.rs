@@ -14,6 +14,7 @@ use crate::clock::nanos_at;
 use crate::telemetry::metrics::{Metrics, RetryLabels, ServiceLabels};
 use crate::upstream::endpoint::{Endpoint, EndpointSet, Member};
 use crate::upstream::pool::{PoolKey, PoolRegistry};
+use crate::upstream::tls::TlsProfile;
 
 /// Counters of one pool, resolved once.
 #[derive(Debug, Clone)]
@@ -47,6 +48,8 @@ pub struct Cluster {
     rr: AtomicUsize,
     /// Most requests in flight per endpoint; 0 for no limit. Changes without a new pool.
     max_in_flight: AtomicU32,
+    /// The pool's own upstream TLS (`proxy-ssl-*`).
+    tls: Option<Arc<TlsProfile>>,
 }
 
 /// Small fixed list of endpoints already tried by one request.
@@ -109,6 +112,7 @@ impl Cluster {
             name,
             rr: AtomicUsize::new(fastrand::usize(..)),
             max_in_flight: AtomicU32::new(spec.max_in_flight.unwrap_or(0)),
+            tls: spec.tls.as_ref().map(|t| Arc::new(TlsProfile::new(t))),
         };
         c.set_endpoints(&spec.endpoints, pools);
         c
@@ -127,7 +131,9 @@ impl Cluster {
 
     /// Whether this pool can be kept for `spec` (same identity; endpoints may differ).
     pub fn compatible(&self, spec: &ClusterSpec) -> bool {
-        self.protocol == spec.protocol && self.balance == spec.balance
+        self.protocol == spec.protocol
+            && self.balance == spec.balance
+            && self.tls.as_ref().map(|t| &t.spec) == spec.tls.as_ref()
     }
 
     /// Swaps in a new endpoint set when it differs; reuses `Arc<Endpoint>`s by address so their
@@ -149,6 +155,7 @@ impl Cluster {
                     let key = PoolKey {
                         addr: s.addr,
                         protocol: self.protocol,
+                        tls: self.tls.clone(),
                     };
                     Arc::new(Endpoint::new(s.addr, pools.get(key)))
                 }),
@@ -275,6 +282,7 @@ mod tests {
                 .collect(),
             max_in_flight: None,
             service_upstream: false,
+            tls: None,
         }
     }
 

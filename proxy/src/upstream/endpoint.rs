@@ -240,6 +240,7 @@ mod tests {
         let pool = pools.get(PoolKey {
             addr,
             protocol: sluice_config::UpstreamProtocol::Http1,
+            tls: None,
         });
         Arc::new(Endpoint::new(addr, pool))
     }

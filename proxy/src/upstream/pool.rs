@@ -23,15 +23,17 @@ use tokio::net::{TcpSocket, TcpStream};
 use crate::error::{Error, Kind};
 use crate::upstream::body::ReqBody;
 use crate::upstream::h1::{H1Conn, UpIo};
-use crate::upstream::tls::UpstreamTls;
+use crate::upstream::tls::{TlsProfile, UpstreamTls};
 
 /// Identity of a connection: who we talk to and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     /// Upstream address.
     pub addr: SocketAddr,
-    /// Protocol (HTTP/1.1, h2c, HTTPS).
+    /// Protocol (HTTP/1.1, h2c, HTTPS, h2 over TLS).
     pub protocol: UpstreamProtocol,
+    /// The pool's own TLS (`proxy-ssl-*`); `None`: the global upstream TLS.
+    pub tls: Option<Arc<TlsProfile>>,
 }
 
 /// Timeouts and limits for upstream connections.
@@ -204,14 +206,14 @@ impl HostPool {
 
     async fn connect_h1(self: &Arc<Self>) -> Result<Checkout, Error> {
         let stream = self.connect_tcp().await?;
-        let io = match self.key.protocol {
-            UpstreamProtocol::Https => UpIo::Tls(Box::new(
-                self.settings
-                    .tls
-                    .connect(self.key.addr, stream, self.settings.connect_timeout)
+        let io = if self.key.protocol.is_tls() {
+            UpIo::Tls(Box::new(
+                self.tls()
+                    .connect(self.key.addr, stream, self.settings.connect_timeout, false)
                     .await?,
-            )),
-            _ => UpIo::Plain(stream),
+            ))
+        } else {
+            UpIo::Plain(stream)
         };
         Ok(Checkout {
             conn: PooledH1 {
@@ -234,19 +236,28 @@ impl HostPool {
             return Ok(((*s).clone(), true));
         }
         let stream = self.connect_tcp().await?;
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(20))
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Error::caused(Kind::UpstreamHandshake, e))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream h2 connection ended");
+        let sender = if self.key.protocol.is_tls() {
+            let tls = self
+                .tls()
+                .connect(self.key.addr, stream, self.settings.connect_timeout, true)
+                .await?;
+            if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                return Err(Error::caused(
+                    Kind::UpstreamHandshake,
+                    io::Error::other("the pod did not agree to h2 (ALPN)"),
+                ));
             }
-        });
+            h2_handshake(tls).await?
+        } else {
+            h2_handshake(stream).await?
+        };
         self.h2.store(Some(Arc::new(sender.clone())));
         Ok((sender, false))
+    }
+
+    /// The TLS client for this identity: the pool's own, else the global one.
+    fn tls(&self) -> &UpstreamTls {
+        self.key.tls.as_ref().map_or(&self.settings.tls, |p| &p.tls)
     }
 
     async fn connect_tcp(&self) -> Result<TcpStream, Error> {
@@ -285,6 +296,25 @@ impl HostPool {
         }
         Ok(socket)
     }
+}
+
+/// An HTTP/2 client connection over `io`, driven by its own task.
+async fn h2_handshake<I>(io: I) -> Result<http2::SendRequest<ReqBody>, Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(20))
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| Error::caused(Kind::UpstreamHandshake, e))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream h2 connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 /// Hands out one [`HostPool`] per identity for as long as anybody holds it.
@@ -339,7 +369,7 @@ impl PoolRegistry {
             pools.map.retain(|_, w| w.strong_count() > 0);
             pools.sweep_at = (pools.map.len() * 2).max(MIN_SWEEP);
         }
-        let p = Arc::new(HostPool::new(key, Arc::clone(&self.settings)));
+        let p = Arc::new(HostPool::new(key.clone(), Arc::clone(&self.settings)));
         pools.map.insert(key, Arc::downgrade(&p));
         p
     }
@@ -354,6 +384,7 @@ mod tests {
         PoolKey {
             addr: SocketAddr::from(([10, 0, 0, 1], port)),
             protocol: UpstreamProtocol::Http1,
+            tls: None,
         }
     }
 

@@ -98,6 +98,7 @@ fn endpoint_with(addr: SocketAddr, settings: UpstreamSettings) -> Arc<Endpoint> 
     let pool = reg.get(PoolKey {
         addr,
         protocol: UpstreamProtocol::Http1,
+        tls: None,
     });
     Arc::new(Endpoint::new(addr, pool))
 }

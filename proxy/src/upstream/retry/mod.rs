@@ -106,7 +106,7 @@ pub async fn send(
     fwd: &ProxyHeaders<'_>,
 ) -> Result<Delivered, Error> {
     match cluster.protocol {
-        UpstreamProtocol::H2c => {
+        UpstreamProtocol::H2c | UpstreamProtocol::H2Tls => {
             let mut req = req;
             fwd.apply(req.headers_mut());
             // Boxed so that the HTTP/1 path's future does not carry the HTTP/2 one.

@@ -117,6 +117,7 @@ fn cluster(fakes: &[&Fake]) -> Cluster {
             .collect(),
         max_in_flight: None,
         service_upstream: false,
+        tls: None,
     };
     let pools = PoolRegistry::new(UpstreamSettings::default());
     Cluster::new(&spec, &pools, &Metrics::new())
