@@ -112,13 +112,13 @@ pub const KEYS: &[Entry] = &[
     ),
     k(
         "ssl-ciphers",
-        Unsupported,
-        "TLS suites are rustls's safe defaults",
+        Differs,
+        "TLS 1.2 suites by their OpenSSL names, applied without a restart; names rustls has no suite for (DHE, CBC, RSA key exchange) are skipped with a warning, unknown names make the value invalid; TLS 1.3 suites are all offered",
     ),
     k(
         "ssl-protocols",
-        Unsupported,
-        "TLSv1.2 and TLSv1.3 are served",
+        Differs,
+        "TLSv1.2 and/or TLSv1.3, applied without a restart; TLSv1 and TLSv1.1 are never served",
     ),
     k("ssl-redirect", Honoured, ""),
     k(
@@ -204,6 +204,7 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
         }
     }
     global_auth(data, settings, &mut out);
+    server_tls(data, settings, &mut out);
     // ingress-nginx's HSTS: on when `hsts` is true, one year, subdomains included unless said.
     if data.get("hsts").and_then(|v| bool_value(v)) == Some(true) {
         settings.hsts = Some(Hsts {
@@ -231,6 +232,105 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
         }
     }
     out
+}
+
+/// OpenSSL's names of the TLS 1.2 suites rustls has, with their IANA names.
+const SUITES: &[(&str, &str)] = &[
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+];
+
+/// OpenSSL cipher names rustls deliberately lacks (no forward secrecy, CBC, DHE): skipped
+/// with a warning, so ingress-nginx's default list still reads.
+fn known_unsupported(name: &str) -> bool {
+    name.starts_with("DHE-")
+        || name.starts_with("AES")
+        || name.ends_with("-SHA")
+        || name.ends_with("-SHA256") && name.contains("-CBC")
+        || name.contains("-AES128-SHA")
+        || name.contains("-AES256-SHA")
+}
+
+/// `ssl-protocols` and `ssl-ciphers`.
+fn server_tls(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mut Applied) {
+    if let Some(v) = data.get("ssl-protocols") {
+        let words: Vec<&str> = v.split_whitespace().collect();
+        let unknown: Vec<&&str> = words
+            .iter()
+            .filter(|w| !matches!(**w, "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3" | "SSLv3"))
+            .collect();
+        let (t12, t13) = (words.contains(&"TLSv1.2"), words.contains(&"TLSv1.3"));
+        if !unknown.is_empty() {
+            out.invalid.push((
+                "ssl-protocols".into(),
+                format!("{unknown:?} are not protocols (TLSv1.2, TLSv1.3)"),
+            ));
+        } else if !t12 && !t13 {
+            out.invalid.push((
+                "ssl-protocols".into(),
+                "names neither TLSv1.2 nor TLSv1.3, the versions sluice serves".into(),
+            ));
+        } else {
+            settings.server_tls.tls12 = Some(t12);
+            settings.server_tls.tls13 = Some(t13);
+        }
+    }
+    if let Some(v) = data.get("ssl-ciphers") {
+        let mut suites = Vec::new();
+        let mut skipped = Vec::new();
+        let mut unknown = Vec::new();
+        for name in v.split(':').map(str::trim).filter(|n| !n.is_empty()) {
+            match SUITES.iter().find(|(o, _)| *o == name) {
+                Some((_, iana)) => suites.push((*iana).to_string()),
+                None if known_unsupported(name) => skipped.push(name),
+                None => unknown.push(name),
+            }
+        }
+        if !unknown.is_empty() {
+            out.invalid.push((
+                "ssl-ciphers".into(),
+                format!(
+                    "{unknown:?} are not cipher names sluice knows (it offers {})",
+                    SUITES.iter().map(|(o, _)| *o).collect::<Vec<_>>().join(":")
+                ),
+            ));
+        } else if suites.is_empty() {
+            out.invalid.push((
+                "ssl-ciphers".into(),
+                "names no suite rustls has; the defaults stay".into(),
+            ));
+        } else {
+            if !skipped.is_empty() {
+                out.not_honoured.push(format!(
+                    "ssl-ciphers: {} skipped (rustls has no such suite)",
+                    skipped.join(":")
+                ));
+            }
+            settings.server_tls.tls12_suites = Some(suites);
+        }
+    }
 }
 
 /// The `global-auth-*` keys as annotations, checked by the annotation readers; and
@@ -273,6 +373,54 @@ fn global_auth(data: &BTreeMap<String, String>, settings: &mut Settings, out: &m
         ));
     }
     settings.global_auth = map;
+}
+
+#[cfg(test)]
+mod tests_tls {
+    use super::*;
+
+    fn apply_one(key: &str, v: &str) -> (Settings, Applied) {
+        let mut s = Settings::default();
+        let a = apply(&BTreeMap::from([(key.to_string(), v.to_string())]), &mut s);
+        (s, a)
+    }
+
+    #[test]
+    fn protocols_and_ciphers_read_as_nginx_writes_them() {
+        let (s, a) = apply_one("ssl-protocols", "TLSv1.2 TLSv1.3");
+        assert!(a.invalid.is_empty());
+        assert_eq!(
+            (s.server_tls.tls12, s.server_tls.tls13),
+            (Some(true), Some(true))
+        );
+        let (s, _) = apply_one("ssl-protocols", "TLSv1.3");
+        assert_eq!(
+            (s.server_tls.tls12, s.server_tls.tls13),
+            (Some(false), Some(true))
+        );
+        let (s, a) = apply_one("ssl-protocols", "TLSv1 TLSv1.1");
+        assert_eq!(a.invalid.len(), 1);
+        assert_eq!(s.server_tls, crate::model::ServerTls::default());
+        let (_, a) = apply_one("ssl-protocols", "TLSv1.3 QUIC");
+        assert_eq!(a.invalid.len(), 1);
+        // ingress-nginx's default list: its DHE suites are skipped, the rest kept in order.
+        let (s, a) = apply_one(
+            "ssl-ciphers",
+            "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384",
+        );
+        assert!(a.invalid.is_empty(), "{:?}", a.invalid);
+        assert_eq!(s.server_tls.tls12_suites.as_ref().map(Vec::len), Some(6));
+        assert!(
+            a.not_honoured
+                .iter()
+                .any(|n| n.contains("DHE-RSA-AES128-GCM-SHA256"))
+        );
+        let (s, a) = apply_one("ssl-ciphers", "HIGH:!aNULL");
+        assert_eq!(a.invalid.len(), 1);
+        assert_eq!(s.server_tls.tls12_suites, None);
+        let (_, a) = apply_one("ssl-ciphers", "DHE-RSA-AES128-GCM-SHA256");
+        assert_eq!(a.invalid.len(), 1, "nothing left to offer");
+    }
 }
 
 #[cfg(test)]

@@ -460,6 +460,21 @@ pub struct Settings {
     pub global_auth: BTreeMap<String, String>,
     /// `no-auth-locations`: path prefixes global authentication skips.
     pub no_auth_locations: Vec<String>,
+    /// `ssl-protocols`, `ssl-ciphers`: what the HTTPS listener offers.
+    pub server_tls: ServerTls,
+}
+
+/// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
+/// ConfigMap's `ssl-protocols` and `ssl-ciphers`); `None`: rustls's safe defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ServerTls {
+    /// Offer TLS 1.2.
+    pub tls12: Option<bool>,
+    /// Offer TLS 1.3.
+    pub tls13: Option<bool>,
+    /// TLS 1.2 suites by their IANA names (`TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`), in the
+    /// ConfigMap's order; TLS 1.3 suites are not chosen by `ssl-ciphers` (as in nginx).
+    pub tls12_suites: Option<Vec<String>>,
 }
 
 impl Default for Settings {
@@ -472,6 +487,7 @@ impl Default for Settings {
             limits: crate::behaviour::RouteLimits::default(),
             global_auth: BTreeMap::new(),
             no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
+            server_tls: ServerTls::default(),
         }
     }
 }

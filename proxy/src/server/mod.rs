@@ -34,6 +34,7 @@ use crate::io::prefixed::Prefixed;
 use crate::state::auth::client_cert::{ClientAuth, ClientCert};
 use crate::state::dataplane::DataPlane;
 use fastpath::{FastPath, Outcome};
+use sluice_config::ServerTls;
 
 /// Listener options.
 #[derive(Debug, Clone)]
@@ -127,6 +128,7 @@ impl Server {
             limit: Arc::clone(&self.limit),
             tls,
             client_auth: Arc::default(),
+            policed: Arc::default(),
             builder: Arc::new(builder(&self.opts)),
             close_idle: self.close_idle.subscribe(),
             deadline: self.deadline.subscribe(),
@@ -204,6 +206,7 @@ struct AcceptCtx {
     limit: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
+    policed: Arc<tls::PolicyAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     close_idle: watch::Receiver<bool>,
     deadline: watch::Receiver<bool>,
@@ -254,6 +257,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             dp: Arc::clone(&ctx.dp),
             tls: ctx.tls.clone(),
             client_auth: Arc::clone(&ctx.client_auth),
+            policed: Arc::clone(&ctx.policed),
             builder: Arc::clone(&ctx.builder),
             handshake_timeout: ctx.opts.tls_handshake_timeout,
             header_read_timeout: ctx.opts.header_read_timeout,
@@ -318,10 +322,17 @@ async fn serve_accepted<S>(
         return;
     };
     let accepted = std::time::Instant::now();
-    let peek = {
+    let (peek, policy, policed) = {
         let table = ctx.dp.routes();
-        (ctx.ssl_passthrough && table.has_passthrough()) || table.has_client_auth()
+        let peek = (ctx.ssl_passthrough && table.has_passthrough()) || table.has_client_auth();
+        // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
+        let policy = table.snapshot().settings().server_tls.clone();
+        let policed = (policy != ServerTls::default())
+            .then(|| ctx.policed.get(&policy, base))
+            .flatten();
+        (peek, policy, policed)
     };
+    let base = policed.as_ref().unwrap_or(base);
     if !peek {
         let tls = (base, None);
         terminate(
@@ -358,7 +369,7 @@ async fn serve_accepted<S>(
     let host_auth = name.as_deref().and_then(|n| table.client_auth(n)).cloned();
     let acceptor = host_auth.as_ref().and_then(|a| {
         ctx.client_auth
-            .get(a, base, |k| table.has_client_auth_rules(k))
+            .get(a, (base, &policy), |k| table.has_client_auth_rules(k))
     });
     drop(table);
     let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
@@ -426,6 +437,7 @@ struct ConnCtx {
     dp: Arc<DataPlane>,
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
+    policed: Arc<tls::PolicyAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     handshake_timeout: Duration,
     header_read_timeout: Duration,

@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme, version};
+use sluice_config::ServerTls;
 use sluice_config::host::{HostBuf, normalize_request_host};
 
 use crate::crypto::{backend, provider};
@@ -133,10 +134,12 @@ impl ClientCertVerifier for HostVerifier {
 /// check the route relies on being fresh for this host's CAs.
 pub fn client_auth_config(
     base: &ServerConfig,
+    policy: &ServerTls,
     auth: Arc<ClientAuth>,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
-    let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
-        .with_protocol_versions(&[&version::TLS13, &version::TLS12])?
+    // The listener's suites (its provider) and versions: the ConfigMap's TLS policy included.
+    let mut cfg = ServerConfig::builder_with_provider(Arc::clone(base.crypto_provider()))
+        .with_protocol_versions(&versions(policy))?
         .with_client_cert_verifier(Arc::new(HostVerifier { auth }))
         .with_cert_resolver(Arc::clone(&base.cert_resolver));
     cfg.alpn_protocols = base.alpn_protocols.clone();
@@ -149,7 +152,15 @@ pub fn client_auth_config(
 /// built on a host's first handshake after its rules changed. Looked up without a lock; an
 /// acceptor whose rules left the route table is dropped when the next one is built.
 #[derive(Default)]
-pub struct ClientAuthAcceptors(ArcSwap<Vec<(Arc<ClientAuth>, tokio_rustls::TlsAcceptor)>>);
+pub struct ClientAuthAcceptors(ArcSwap<Vec<ClientAuthEntry>>);
+
+/// One host's acceptor: its rules, the config it was made from (the listener's, with the TLS
+/// policy of the time), and the acceptor.
+type ClientAuthEntry = (
+    Arc<ClientAuth>,
+    Arc<ServerConfig>,
+    tokio_rustls::TlsAcceptor,
+);
 
 impl std::fmt::Debug for ClientAuthAcceptors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -164,13 +175,19 @@ impl ClientAuthAcceptors {
     pub fn get(
         &self,
         auth: &Arc<ClientAuth>,
-        base: &tokio_rustls::TlsAcceptor,
+        (base, policy): (&tokio_rustls::TlsAcceptor, &ServerTls),
         live: impl Fn(&Arc<ClientAuth>) -> bool,
     ) -> Option<tokio_rustls::TlsAcceptor> {
-        if let Some((_, a)) = self.0.load().iter().find(|(k, _)| Arc::ptr_eq(k, auth)) {
+        let from = base.config();
+        if let Some((_, _, a)) = self
+            .0
+            .load()
+            .iter()
+            .find(|(k, b, _)| Arc::ptr_eq(k, auth) && Arc::ptr_eq(b, from))
+        {
             return Some(a.clone());
         }
-        let cfg = match client_auth_config(base.config(), Arc::clone(auth)) {
+        let cfg = match client_auth_config(from, policy, Arc::clone(auth)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "client certificate config refused");
@@ -181,12 +198,91 @@ impl ClientAuthAcceptors {
         self.0.rcu(|current| {
             let mut next: Vec<_> = current
                 .iter()
-                .filter(|(k, _)| live(k) && !Arc::ptr_eq(k, auth))
+                .filter(|(k, b, _)| live(k) && !Arc::ptr_eq(k, auth) && Arc::ptr_eq(b, from))
                 .cloned()
                 .collect();
-            next.push((Arc::clone(auth), acceptor.clone()));
+            next.push((Arc::clone(auth), Arc::clone(from), acceptor.clone()));
             next
         });
         Some(acceptor)
+    }
+}
+
+/// The TLS versions a policy offers (both unless `ssl-protocols` says).
+fn versions(policy: &ServerTls) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
+    if policy.tls13 != Some(false) {
+        versions.push(&version::TLS13);
+    }
+    if policy.tls12 != Some(false) {
+        versions.push(&version::TLS12);
+    }
+    versions
+}
+
+/// The listener's config with the controller ConfigMap's `ssl-protocols` and `ssl-ciphers`:
+/// `base`'s certificates, ALPN and session tickets, the versions and TLS 1.2 suites the policy
+/// names (TLS 1.3 suites all stay, as nginx's `ssl_ciphers` leaves them).
+pub fn with_policy(
+    base: &ServerConfig,
+    policy: &ServerTls,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut provider = provider();
+    if let Some(names) = &policy.tls12_suites {
+        provider.cipher_suites.retain(|s| match s {
+            rustls::SupportedCipherSuite::Tls13(_) => true,
+            rustls::SupportedCipherSuite::Tls12(_) => s
+                .suite()
+                .as_str()
+                .is_some_and(|n| names.iter().any(|want| want == n)),
+        });
+    }
+    let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&versions(policy))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::clone(&base.cert_resolver));
+    cfg.alpn_protocols = base.alpn_protocols.clone();
+    cfg.ticketer = Arc::clone(&base.ticketer);
+    cfg.session_storage = Arc::clone(&base.session_storage);
+    cfg.send_tls13_tickets = base.send_tls13_tickets;
+    Ok(Arc::new(cfg))
+}
+
+/// The acceptor for the current TLS policy, rebuilt when the ConfigMap changes it; read
+/// without a lock.
+#[derive(Default)]
+pub struct PolicyAcceptor(ArcSwapOption<(ServerTls, tokio_rustls::TlsAcceptor)>);
+
+impl std::fmt::Debug for PolicyAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicyAcceptor")
+    }
+}
+
+impl PolicyAcceptor {
+    /// The acceptor for `policy`, built from `base` on first use; `None` when rustls refuses
+    /// the policy (logged; the base config then serves).
+    pub fn get(
+        &self,
+        policy: &ServerTls,
+        base: &tokio_rustls::TlsAcceptor,
+    ) -> Option<tokio_rustls::TlsAcceptor> {
+        if let Some(current) = self.0.load().as_ref()
+            && current.0 == *policy
+        {
+            return Some(current.1.clone());
+        }
+        match with_policy(base.config(), policy) {
+            Ok(cfg) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+                self.0
+                    .store(Some(Arc::new((policy.clone(), acceptor.clone()))));
+                Some(acceptor)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "ssl-protocols/ssl-ciphers refused; the defaults serve");
+                None
+            }
+        }
     }
 }
