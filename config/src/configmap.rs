@@ -13,7 +13,6 @@ use crate::model::{Hsts, Settings};
 
 use Support::{Differs, Honoured, Unsupported};
 
-const FLAG: &str = "connection-level: set with sluice's flag at start";
 const GLOBAL: &str = "as its auth- annotation, for global authentication";
 
 /// The `global-auth-*` keys and the annotations they stand for (after
@@ -46,8 +45,16 @@ pub const KEYS: &[Entry] = &[
         Differs,
         "always on for trusted proxies (--trusted-proxies)",
     ),
-    k("custom-http-errors", Unsupported, "not implemented yet"),
-    k("enable-underscores-in-headers", Unsupported, FLAG),
+    k(
+        "custom-http-errors",
+        Differs,
+        "for Ingresses with a default-backend annotation (sluice has no global default backend) and no custom-http-errors of their own",
+    ),
+    k(
+        "enable-underscores-in-headers",
+        Honoured,
+        "client fields with _ in their names go upstream (dropped by default, as nginx)",
+    ),
     k("global-auth-always-set-cookie", Honoured, GLOBAL),
     k("global-auth-cache-duration", Honoured, GLOBAL),
     k("global-auth-cache-key", Honoured, GLOBAL),
@@ -131,7 +138,11 @@ pub const KEYS: &[Entry] = &[
         Differs,
         "trusted only from --trusted-proxies",
     ),
-    k("use-proxy-protocol", Unsupported, "--proxy-protocol"),
+    k(
+        "use-proxy-protocol",
+        Honoured,
+        "overrides --proxy-protocol; applies to the next connection accepted",
+    ),
 ];
 
 /// The README's table of ConfigMap keys, from [`KEYS`].
@@ -176,6 +187,14 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
                 Some(b) => settings.ssl_redirect = b,
                 None => bad(key, "is not \"true\" or \"false\""),
             },
+            "use-proxy-protocol" => match bool_value(v) {
+                Some(b) => settings.proxy_protocol = Some(b),
+                None => bad(key, "is not \"true\" or \"false\""),
+            },
+            "enable-underscores-in-headers" => match bool_value(v) {
+                Some(b) => settings.underscores_in_headers = b,
+                None => bad(key, "is not \"true\" or \"false\""),
+            },
             "proxy-body-size" => match nginx_size(v) {
                 Some(n) => settings.limits.max_body_size = Some(n),
                 None => bad(key, "is not a size (a number with an optional k, m or g)"),
@@ -201,6 +220,18 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
                 bad(key, "is not a whole number of seconds");
             }
             _ => {}
+        }
+    }
+    if let Some(v) = data.get("custom-http-errors") {
+        let as_annotation = BTreeMap::from([(
+            "nginx.ingress.kubernetes.io/custom-http-errors".to_string(),
+            v.clone(),
+        )]);
+        match crate::annotations::traffic::custom_errors(&as_annotation) {
+            Ok(codes) => settings.custom_errors = codes,
+            Err(e) => out
+                .invalid
+                .push(("custom-http-errors".into(), e.message.clone())),
         }
     }
     global_auth(data, settings, &mut out);

@@ -462,6 +462,14 @@ pub struct Settings {
     pub no_auth_locations: Vec<String>,
     /// `ssl-protocols`, `ssl-ciphers`: what the HTTPS listener offers.
     pub server_tls: ServerTls,
+    /// `custom-http-errors` of the controller ConfigMap: for Ingresses with a
+    /// `default-backend` and no `custom-http-errors` of their own.
+    pub custom_errors: Vec<u16>,
+    /// `use-proxy-protocol` of the controller ConfigMap (`None`: `--proxy-protocol`).
+    pub proxy_protocol: Option<bool>,
+    /// `enable-underscores-in-headers` of the controller ConfigMap: client fields with `_` in
+    /// their names go upstream (by default they are dropped, as nginx does).
+    pub underscores_in_headers: bool,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -488,6 +496,9 @@ impl Default for Settings {
             global_auth: BTreeMap::new(),
             no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
             server_tls: ServerTls::default(),
+            custom_errors: Vec::new(),
+            proxy_protocol: None,
+            underscores_in_headers: false,
         }
     }
 }

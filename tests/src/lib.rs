@@ -93,6 +93,14 @@ pub fn nginx_ingress(name: &str, svc: &str, annotations: &[(&str, &str)]) -> Str
     annotated_ingress(name, &format!("{name}.test"), &[("/", "Prefix", svc)], &ann)
 }
 
+/// YAML for the controller ConfigMap `default/sluice` (serve it with `--configmap
+/// default/sluice`) with this `data` block (indented key lines).
+pub fn controller_configmap(data: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: default\ndata:\n{data}"
+    )
+}
+
 /// YAML for an Opaque Secret with these `stringData` keys.
 pub fn opaque_secret(name: &str, data: &[(&str, &str)]) -> String {
     let mut s = format!(

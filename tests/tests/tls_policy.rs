@@ -42,12 +42,6 @@ async fn handshake(addr: SocketAddr, cert: &str, tls13: bool, suite: Option<&str
         .is_ok()
 }
 
-fn configmap(data: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: default\ndata:\n{data}"
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protocols_and_ciphers_follow_the_configmap_without_a_restart() {
     let (cert, key) = self_signed(&["policy.test"]);
@@ -61,7 +55,10 @@ async fn protocols_and_ciphers_follow_the_configmap_without_a_restart() {
         "ing.yaml",
         &tls_ingress("policy", "policy.test", "policy-tls", "svc", &[]),
     );
-    m.write("cm.yaml", &configmap("  ssl-protocols: TLSv1.3\n"));
+    m.write(
+        "cm.yaml",
+        &controller_configmap("  ssl-protocols: TLSv1.3\n"),
+    );
     let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
     let https = s.running.https_addr.unwrap();
     let aes128 = Some("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256");
@@ -79,7 +76,7 @@ async fn protocols_and_ciphers_follow_the_configmap_without_a_restart() {
     // Both versions, and TLS 1.2 with AES-256 only (ingress-nginx's DHE names are skipped).
     m.write(
         "cm.yaml",
-        &configmap(
+        &controller_configmap(
             "  ssl-protocols: TLSv1.2 TLSv1.3\n  ssl-ciphers: ECDHE-ECDSA-AES256-GCM-SHA384:DHE-RSA-AES256-GCM-SHA384\n",
         ),
     );
@@ -98,7 +95,10 @@ async fn protocols_and_ciphers_follow_the_configmap_without_a_restart() {
     );
 
     // An unknown name leaves the value invalid: the defaults serve again, with a Warning.
-    m.write("cm.yaml", &configmap("  ssl-ciphers: HIGH:!aNULL\n"));
+    m.write(
+        "cm.yaml",
+        &controller_configmap("  ssl-ciphers: HIGH:!aNULL\n"),
+    );
     let back = eventually(Duration::from_secs(10), || async {
         handshake(https, &cert, false, aes128).await
     })

@@ -277,7 +277,14 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         // A closed Ingress stays closed: its default backend must not serve in its place.
         let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems)
             .filter(|_| locked.is_none());
-        if fallback.is_none() && !options.edits.custom_errors.is_empty() {
+        let own_errors = annotations::traffic::custom_errors(options::annotations_of(ing))
+            .is_ok_and(|c| !c.is_empty());
+        if fallback.is_none() {
+            // Error pages need the default backend; without one the list does nothing, and an
+            // empty list keeps the route on the data plane's direct path.
+            options.edits.custom_errors.clear();
+        }
+        if fallback.is_none() && own_errors {
             problems.report(
                 Severity::Warning,
                 "CustomErrorsWithoutBackend",

@@ -194,7 +194,10 @@ pub(super) fn route_options(
         cors: access::cors(ann).ok().flatten(),
         host_redirect: None,
         limits: access::rate_limits(ann).ok().flatten(),
-        custom_errors: or_default(traffic::custom_errors(ann), src, p),
+        // The Ingress's own list, else the ConfigMap's.
+        custom_errors: Some(or_default(traffic::custom_errors(ann), src, p))
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| settings.custom_errors.clone()),
         // Set by `translate::auth`, which needs the world; unreadable values lock the Ingress.
         auth: None,
         satisfy_any: auth::satisfy_any(ann).unwrap_or(false),

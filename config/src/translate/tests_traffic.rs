@@ -301,3 +301,44 @@ fn server_aliases_serve_the_same_routes() {
     assert_eq!(hit(&s, "taken.test", "/api/x"), Some("b".into()));
     assert_eq!(hit(&s, "alias.test", "/other"), None);
 }
+
+/// The ConfigMap's `custom-http-errors` serves Ingresses that have a default backend and no
+/// list of their own; routes without a default backend keep no list (and the direct path).
+#[test]
+fn configmap_custom_errors_fill_in_for_ingresses_with_a_default_backend() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let mut w = base_world();
+    w.put_ingress(annotated(
+        simple("fallback", "fallback.test", &[("/", "Prefix", "a")]),
+        &[("default-backend", "b")],
+    ));
+    w.put_ingress(annotated(
+        simple("own", "own.test", &[("/", "Prefix", "a")]),
+        &[("default-backend", "b"), ("custom-http-errors", "404")],
+    ));
+    w.put_ingress(simple("plain", "plain.test", &[("/", "Prefix", "a")]));
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "sluice-system", "name": "sluice"},
+        "data": {"custom-http-errors": "503,502"},
+    }))
+    .unwrap();
+    w.put_config_map(cm);
+    let mut o = opts();
+    o.configmap = Some(ObjectRef::new("ConfigMap", "sluice-system", "sluice"));
+    let s = translate(&w, &o);
+    let errors = |host: &str| {
+        s.route(host, "/")
+            .unwrap()
+            .options
+            .edits
+            .custom_errors
+            .clone()
+    };
+    assert_eq!(errors("fallback.test"), [502, 503]);
+    assert_eq!(errors("own.test"), [404]);
+    assert_eq!(errors("plain.test"), Vec::<u16>::new());
+    assert!(
+        !reasons(&s).contains(&"CustomErrorsWithoutBackend"),
+        "the ConfigMap's list is no Ingress's mistake"
+    );
+}

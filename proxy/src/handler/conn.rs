@@ -134,6 +134,7 @@ impl ConnInfo {
             port: &self.local_port,
             request_id: None,
             trusted: self.trusted,
+            underscores: false,
         }
     }
 }

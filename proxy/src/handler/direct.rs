@@ -241,6 +241,7 @@ async fn forward(
     let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
     let mut fwd = conn.proxy_headers();
     fwd.request_id = req.request_id;
+    fwd.underscores = action.underscores_in_headers;
     let up_head = request_head(&req, spans, &fwd);
     let head_request = req.is_head();
     let local_answer = |resp| Answer::General(finish(dp, conn, action, resp, true, started));
@@ -430,6 +431,7 @@ mod tests {
             port: &port,
             request_id: None,
             trusted: true,
+            underscores: false,
         };
         String::from_utf8(request_head(&req, &spans, &fwd).to_vec()).unwrap()
     }

@@ -405,7 +405,8 @@ async fn route(
     let key = hash_key(&cluster.balance, &parts, conn, session.as_deref());
     let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
     let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
-    let fwd = conn.proxy_headers();
+    let mut fwd = conn.proxy_headers();
+    fwd.underscores = action.underscores_in_headers;
     let sent = Instant::now();
     let delivered =
         match tokio::time::timeout(request_timeout, retry::send(cluster, up_req, plan, &fwd)).await

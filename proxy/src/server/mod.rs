@@ -270,7 +270,15 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             fast_path: ctx.opts.fast_path,
             ssl_passthrough: ctx.opts.ssl_passthrough,
         };
-        let proxy_protocol = ctx.opts.proxy_protocol;
+        // The ConfigMap's use-proxy-protocol, else --proxy-protocol: read per connection, so a
+        // change applies to the next one.
+        let proxy_protocol = ctx
+            .dp
+            .routes()
+            .snapshot()
+            .settings()
+            .proxy_protocol
+            .unwrap_or(ctx.opts.proxy_protocol);
         tokio::spawn(async move {
             let ctx = conn_ctx;
             let slot = Slot::new(permit, ctx.deadline.clone(), Arc::clone(&ctx.tunnels));

@@ -63,6 +63,8 @@ pub struct Action {
     pub auth: Option<Box<Gate>>,
     /// `auth-tls-*`: the client certificate the route requires.
     pub client_cert: Option<Arc<ClientAuth>>,
+    /// Client fields with `_` go upstream (the ConfigMap's `enable-underscores-in-headers`).
+    pub underscores_in_headers: bool,
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
@@ -118,6 +120,8 @@ struct Compiling<'a> {
     limiters: Limiters,
     /// Client-certificate rules compiled once per distinct setting.
     client_auths: HashMap<ClientCertAuth, Arc<ClientAuth>>,
+    /// The ConfigMap's `enable-underscores-in-headers`.
+    underscores: bool,
 }
 
 impl Compiling<'_> {
@@ -238,6 +242,7 @@ fn compile_action(
         limiter,
         auth,
         client_cert,
+        underscores_in_headers: cx.underscores,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
         edits,
@@ -281,6 +286,7 @@ impl RouteTable {
             previous: &previous.limiters,
             limiters: HashMap::new(),
             client_auths: HashMap::new(),
+            underscores: snapshot.settings().underscores_in_headers,
         };
         let actions: Vec<Vec<Action>> = snapshot
             .virtual_hosts()

@@ -116,6 +116,7 @@ pub(crate) mod tests {
             port: &PORT,
             request_id: None,
             trusted: false,
+            underscores: false,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct ProxyHeaders<'a> {
     /// and `Forwarded` are extended or kept. From anyone else they are replaced with what
     /// sluice saw, so an application never reads a client address the client chose.
     pub trusted: bool,
+    /// Client fields with `_` in their names go upstream (the ConfigMap's
+    /// `enable-underscores-in-headers`); by default they are dropped.
+    pub underscores: bool,
 }
 
 /// A fresh request ID: 128 random bits as 32 hex digits.
@@ -90,7 +93,7 @@ impl ProxyHeaders<'_> {
         !(kind.is_replaced()
             || (!self.trusted && matches!(kind, Field::XRealIp | Field::Forwarded))
             || (self.trusted && kind == Field::XRealIp)
-            || name.contains(&b'_'))
+            || (!self.underscores && name.contains(&b'_')))
     }
 
     /// Writes the client's fields (minus the ones we replace) and ours into an HTTP/1 head.
@@ -167,7 +170,7 @@ impl ProxyHeaders<'_> {
         }
         let underscored: Vec<http::HeaderName> = h
             .keys()
-            .filter(|n| n.as_str().contains('_'))
+            .filter(|n| !self.underscores && n.as_str().contains('_'))
             .cloned()
             .collect();
         for n in underscored {
@@ -266,6 +269,7 @@ mod tests {
             port: &port,
             request_id: None,
             trusted: true,
+            underscores: false,
         };
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("a.example"));
@@ -308,6 +312,7 @@ mod tests {
             port: &port,
             request_id: None,
             trusted: false,
+            underscores: false,
         };
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("abc"));

@@ -1,0 +1,76 @@
+//! The controller ConfigMap's connection-level keys through `sluice serve`, applied without a
+//! restart: `use-proxy-protocol` (the next connection must start with a PROXY header, whose
+//! client address is the one sent upstream) and `enable-underscores-in-headers` (client fields
+//! with `_` reach the backend instead of being dropped).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_tests::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Writes `bytes` on a fresh connection and reads the whole answer.
+async fn exchange(addr: SocketAddr, bytes: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const GET: &str = "GET /echo HTTP/1.1\r\nHost: cm.test\r\nX_Custom: 1\r\nConnection: close\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_and_underscores_follow_the_configmap() {
+    let b = backend("b").await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &[b.addr]));
+    m.write(
+        "ing.yaml",
+        &ingress("cm", "cm.test", &[("/", "Prefix", "svc")]),
+    );
+    m.write(
+        "cm.yaml",
+        &controller_configmap("  ssl-redirect: \"false\"\n"),
+    );
+    let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    let http = s.running.http_addr.unwrap();
+
+    let r = exchange(http, GET).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(!r.contains("x_custom"), "dropped by default: {r}");
+
+    m.write(
+        "cm.yaml",
+        &controller_configmap(
+            "  use-proxy-protocol: \"true\"\n  enable-underscores-in-headers: \"true\"\n",
+        ),
+    );
+    let proxied = format!("PROXY TCP4 10.1.2.3 127.0.0.1 40000 80\r\n{GET}");
+    let on = eventually(Duration::from_secs(10), || async {
+        exchange(http, &proxied).await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    assert!(on, "the PROXY header is read once the ConfigMap says so");
+    let r = exchange(http, &proxied).await;
+    assert!(r.contains("x-real-ip=10.1.2.3\n"), "{r}");
+    assert!(r.contains("x_custom=1\n"), "underscores pass: {r}");
+    let r = exchange(http, GET).await;
+    assert!(
+        !r.starts_with("HTTP/1.1 200"),
+        "a connection without the header is refused: {r}"
+    );
+
+    m.write(
+        "cm.yaml",
+        &controller_configmap("  use-proxy-protocol: \"false\"\n"),
+    );
+    let off = eventually(Duration::from_secs(10), || async {
+        exchange(http, GET).await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    assert!(off, "back to plain connections");
+}
