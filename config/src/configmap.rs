@@ -130,8 +130,8 @@ pub const KEYS: &[Entry] = &[
     k("ssl-redirect", Honoured, ""),
     k(
         "upstream-keepalive-timeout",
-        Unsupported,
-        "--upstream-idle-timeout",
+        Honoured,
+        "seconds an idle connection to a pod may be reused; overrides --upstream-idle-timeout, without a restart",
     ),
     k(
         "use-forwarded-headers",
@@ -186,6 +186,10 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
             "ssl-redirect" => match bool_value(v) {
                 Some(b) => settings.ssl_redirect = b,
                 None => bad(key, "is not \"true\" or \"false\""),
+            },
+            "upstream-keepalive-timeout" => match seconds(v) {
+                Some(d) => settings.upstream_keepalive_timeout = Some(d),
+                None => bad(key, "is not a number of seconds between 1 and 86400"),
             },
             "use-proxy-protocol" => match bool_value(v) {
                 Some(b) => settings.proxy_protocol = Some(b),

@@ -470,6 +470,9 @@ pub struct Settings {
     /// `enable-underscores-in-headers` of the controller ConfigMap: client fields with `_` in
     /// their names go upstream (by default they are dropped, as nginx does).
     pub underscores_in_headers: bool,
+    /// `upstream-keepalive-timeout` of the controller ConfigMap: how long an idle connection to
+    /// a pod may be reused (`None`: `--upstream-idle-timeout`).
+    pub upstream_keepalive_timeout: Option<std::time::Duration>,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -499,6 +502,7 @@ impl Default for Settings {
             custom_errors: Vec::new(),
             proxy_protocol: None,
             underscores_in_headers: false,
+            upstream_keepalive_timeout: None,
         }
     }
 }

@@ -162,6 +162,17 @@ impl DataPlane {
             return ApplyOutcome::Unchanged;
         }
         let snapshot = Arc::new(snapshot);
+        // The ConfigMap's upstream-keepalive-timeout, read by every pool on its next checkout.
+        let keepalive = snapshot
+            .settings()
+            .upstream_keepalive_timeout
+            .map_or(0, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+            });
+        self.pools
+            .settings()
+            .idle_timeout_override
+            .store(keepalive, std::sync::atomic::Ordering::Relaxed);
         let (mut created, mut swaps) = (0, 0);
         let mut next: HashMap<ClusterKey, Arc<Cluster>> =
             HashMap::with_capacity(snapshot.clusters().len());

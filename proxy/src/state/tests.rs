@@ -353,3 +353,27 @@ fn a_secret_that_turns_invalid_keeps_the_last_good_certificate() {
     let (store, _) = tls.build(&tls_snapshot(&[], &[]), None);
     assert_eq!(serial(&store, Some("a.example")), default.serial);
 }
+
+/// The ConfigMap's `upstream-keepalive-timeout` reaches every pool with the snapshot, and the
+/// flag's value comes back when it goes.
+#[test]
+fn the_upstream_keepalive_timeout_follows_the_snapshot() {
+    let dp = plane();
+    let flag = ProxySettings::default().upstream.idle_timeout;
+    let with = |t: Option<std::time::Duration>| {
+        Snapshot::new(SnapshotParts {
+            settings: sluice_config::Settings {
+                upstream_keepalive_timeout: t,
+                ..sluice_config::Settings::default()
+            },
+            ..SnapshotParts::default()
+        })
+    };
+    dp.apply(with(Some(std::time::Duration::from_secs(5))));
+    assert_eq!(
+        dp.settings.upstream.idle_timeout(),
+        std::time::Duration::from_secs(5)
+    );
+    dp.apply(with(None));
+    assert_eq!(dp.settings.upstream.idle_timeout(), flag);
+}

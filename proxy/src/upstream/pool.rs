@@ -41,8 +41,11 @@ pub struct PoolKey {
 pub struct UpstreamSettings {
     /// Time allowed for TCP connect (and TLS handshake).
     pub connect_timeout: Duration,
-    /// Idle connections older than this are not reused.
+    /// Idle connections older than this are not reused (`--upstream-idle-timeout`).
     pub idle_timeout: Duration,
+    /// The controller ConfigMap's `upstream-keepalive-timeout` in milliseconds, over
+    /// `idle_timeout` while non-zero; set on every snapshot apply.
+    pub idle_timeout_override: Arc<std::sync::atomic::AtomicU64>,
     /// `TCP_USER_TIMEOUT`: unacknowledged data for this long kills the connection, so a pod that
     /// vanished without a RST is noticed in about this time.
     pub user_timeout: Duration,
@@ -55,11 +58,22 @@ pub struct UpstreamSettings {
     pub tls: UpstreamTls,
 }
 
+impl UpstreamSettings {
+    /// How long an idle connection may be reused: the ConfigMap's value, else the flag's.
+    pub fn idle_timeout(&self) -> Duration {
+        match self.idle_timeout_override.load(Ordering::Relaxed) {
+            0 => self.idle_timeout,
+            ms => Duration::from_millis(ms),
+        }
+    }
+}
+
 impl Default for UpstreamSettings {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(60),
+            idle_timeout_override: Arc::default(),
             user_timeout: Duration::from_secs(2),
             max_idle_per_host: 512,
             read_timeout: Duration::from_secs(60),
@@ -165,7 +179,7 @@ impl HostPool {
             let Some(mut idle) = self.pop_idle() else {
                 break;
             };
-            if idle.since.elapsed() > self.settings.idle_timeout || !idle.conn.is_usable() {
+            if idle.since.elapsed() > self.settings.idle_timeout() || !idle.conn.is_usable() {
                 closed += 1;
                 continue;
             }
@@ -186,7 +200,7 @@ impl HostPool {
         now: Instant,
     ) -> Result<Checkout, Error> {
         while !fresh && let Some(mut idle) = self.pop_idle() {
-            if now.saturating_duration_since(idle.since) > self.settings.idle_timeout
+            if now.saturating_duration_since(idle.since) > self.settings.idle_timeout()
                 || !idle.conn.is_usable()
             {
                 continue;
@@ -335,6 +349,11 @@ struct Identities {
 const MIN_SWEEP: usize = 64;
 
 impl PoolRegistry {
+    /// The settings every pool of the registry reads.
+    pub fn settings(&self) -> &UpstreamSettings {
+        &self.settings
+    }
+
     /// A registry with these settings.
     pub fn new(settings: UpstreamSettings) -> Self {
         Self {
