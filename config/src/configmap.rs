@@ -11,7 +11,7 @@ use crate::annotations::catalog::{self, Entry, Support, e as k};
 use crate::annotations::traffic::nginx_size;
 use crate::model::{Hsts, Settings};
 
-use Support::{Differs, Honoured, Unsupported};
+use Support::{Differs, Honoured};
 
 const GLOBAL: &str = "as its auth- annotation, for global authentication";
 
@@ -88,13 +88,13 @@ pub const KEYS: &[Entry] = &[
     k("hsts-preload", Honoured, ""),
     k(
         "keep-alive",
-        Unsupported,
-        "client idle timeout: --client-idle-timeout",
+        Honoured,
+        "seconds an idle client connection waits for its next request (0: no keep-alive); new connections take a change",
     ),
     k(
         "keep-alive-requests",
-        Unsupported,
-        "no per-connection request cap",
+        Differs,
+        "requests per HTTP/1 client connection, the last answered with Connection: close; HTTP/2 connections are not capped",
     ),
     k(
         "no-auth-locations",
@@ -186,6 +186,24 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
             "ssl-redirect" => match bool_value(v) {
                 Some(b) => settings.ssl_redirect = b,
                 None => bad(key, "is not \"true\" or \"false\""),
+            },
+            "keep-alive" => match v
+                .trim()
+                .strip_suffix('s')
+                .unwrap_or(v.trim())
+                .parse::<u64>()
+            {
+                // nginx's `keepalive_timeout 0` turns keep-alive off: one request each.
+                Ok(0) => settings.keep_alive_requests = Some(1),
+                Ok(n) if n <= 86_400 => settings.keep_alive = Some(Duration::from_secs(n)),
+                _ => bad(key, "is not a number of seconds between 0 and 86400"),
+            },
+            "keep-alive-requests" => match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => {
+                    settings.keep_alive_requests =
+                        Some(settings.keep_alive_requests.map_or(n, |m| m.min(n)));
+                }
+                _ => bad(key, "is not a whole number above 0"),
             },
             "upstream-keepalive-timeout" => match seconds(v) {
                 Some(d) => settings.upstream_keepalive_timeout = Some(d),
@@ -411,6 +429,32 @@ fn global_auth(data: &BTreeMap<String, String>, settings: &mut Settings, out: &m
 }
 
 #[cfg(test)]
+mod tests_keep_alive {
+    use super::*;
+
+    #[test]
+    fn keep_alive_zero_means_one_request_per_connection() {
+        let mut s = Settings::default();
+        let a = apply(
+            &BTreeMap::from([
+                ("keep-alive".to_string(), "0".to_string()),
+                ("keep-alive-requests".to_string(), "100".to_string()),
+            ]),
+            &mut s,
+        );
+        assert!(a.invalid.is_empty(), "{:?}", a.invalid);
+        assert_eq!((s.keep_alive, s.keep_alive_requests), (None, Some(1)));
+        let mut s = Settings::default();
+        let a = apply(
+            &BTreeMap::from([("keep-alive-requests".to_string(), "0".to_string())]),
+            &mut s,
+        );
+        assert_eq!(a.invalid.len(), 1);
+        assert_eq!(s.keep_alive_requests, None);
+    }
+}
+
+#[cfg(test)]
 mod tests_tls {
     use super::*;
 
@@ -505,7 +549,8 @@ mod tests {
             })
         );
         assert!(a.invalid.is_empty(), "{:?}", a.invalid);
-        assert_eq!(a.not_honoured.len(), 3, "{:?}", a.not_honoured);
+        assert_eq!(s.keep_alive, Some(Duration::from_secs(75)));
+        assert_eq!(a.not_honoured.len(), 2, "{:?}", a.not_honoured);
 
         let mut s = Settings::default();
         let a = apply(

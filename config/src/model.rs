@@ -473,6 +473,12 @@ pub struct Settings {
     /// `upstream-keepalive-timeout` of the controller ConfigMap: how long an idle connection to
     /// a pod may be reused (`None`: `--upstream-idle-timeout`).
     pub upstream_keepalive_timeout: Option<std::time::Duration>,
+    /// `keep-alive` of the controller ConfigMap: how long an idle client connection waits for
+    /// its next request (`None`: the flags).
+    pub keep_alive: Option<std::time::Duration>,
+    /// `keep-alive-requests` of the controller ConfigMap: the most requests one HTTP/1 client
+    /// connection serves; the last is answered with `Connection: close`.
+    pub keep_alive_requests: Option<u32>,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -503,6 +509,8 @@ impl Default for Settings {
             proxy_protocol: None,
             underscores_in_headers: false,
             upstream_keepalive_timeout: None,
+            keep_alive: None,
+            keep_alive_requests: None,
         }
     }
 }

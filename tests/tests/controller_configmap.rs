@@ -12,7 +12,7 @@ sluice_tests::on_both!(configmap_applies, configmap_fake, configmap_real);
 
 fn configmap(body_size: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: sluice-system\ndata:\n  proxy-body-size: \"{body_size}\"\n  keep-alive: \"75\"\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sluice\n  namespace: sluice-system\ndata:\n  proxy-body-size: \"{body_size}\"\n  worker-processes: \"4\"\n"
     )
 }
 
@@ -49,7 +49,10 @@ async fn configmap_applies(api: &TestApi) {
         .await
         .unwrap()
         .text();
-    assert!(status.contains("keep-alive unsupported"), "{status}");
+    assert!(
+        status.contains("worker-processes: sluice does not know this key"),
+        "{status}"
+    );
 
     api.apply_yaml(&configmap("4k")).await;
     assert!(

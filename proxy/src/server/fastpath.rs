@@ -10,8 +10,9 @@
 //! already read go with it ([`crate::io::prefixed::Prefixed`]), so hyper sees the connection as if
 //! it had read it from the start.
 //!
-//! Kept from hyper's server: the header-read timeout (one deadline per request head, from
-//! when the server starts waiting for it, idle keep-alive time included), `431` for a head
+//! Kept from hyper's server: the header-read timeout (one deadline per request head; the idle
+//! wait before its first byte runs under the ConfigMap's `keep-alive` when set, else under the
+//! same timeout, and the head deadline then starts with that byte), `431` for a head
 //! larger than the limit, `400` for a malformed one, a `Date` header, `Content-Length` or
 //! chunked framing chosen from the body, and on shutdown idle connections closed while busy
 //! ones finish their response (which says `Connection: close` while draining).
@@ -69,6 +70,12 @@ pub struct FastPath {
     pub max_header_size: usize,
     /// Turns true when idle connections must close (graceful shutdown).
     pub close_idle: watch::Receiver<bool>,
+    /// How long the connection may wait, idle, for the next request's first byte (the
+    /// ConfigMap's `keep-alive`; else the head deadline).
+    pub idle_timeout: Duration,
+    /// Requests served on the connection so far, and the most it may serve (the ConfigMap's
+    /// `keep-alive-requests`): the last one is answered with `Connection: close`.
+    pub requests: (u32, Option<u32>),
 }
 
 /// How the fast path left a connection.
@@ -228,6 +235,15 @@ async fn watching<I: AsyncRead + Unpin, T>(
     }
 }
 
+/// Which deadline the wait for a request head runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    /// No byte of the next head yet: the keep-alive time.
+    Idle,
+    /// A head has begun: the head deadline.
+    Head,
+}
+
 /// Serves `io` until it closes or needs hyper.
 pub async fn serve<I>(mut io: I, fp: &mut FastPath) -> Outcome<I>
 where
@@ -239,7 +255,7 @@ where
     let timer = tokio::time::sleep(fp.header_read_timeout);
     tokio::pin!(timer);
     loop {
-        let mut deadline_set = false;
+        let mut deadline = None;
         let parsed = loop {
             if !rbuf.is_empty() {
                 match parse(&mut rbuf, &mut spans, fp.max_header_size) {
@@ -270,11 +286,20 @@ where
                     if rbuf.is_empty() && *fp.close_idle.borrow() {
                         return Outcome::Closed;
                     }
-                    if !deadline_set {
-                        timer
-                            .as_mut()
-                            .reset(Instant::now() + fp.header_read_timeout);
-                        deadline_set = true;
+                    // Idle (no byte of the next head yet): the keep-alive time; once a head
+                    // has begun, the head deadline, from then.
+                    let want = if rbuf.is_empty() {
+                        Deadline::Idle
+                    } else {
+                        Deadline::Head
+                    };
+                    if deadline != Some(want) {
+                        let wait = match want {
+                            Deadline::Idle => fp.idle_timeout,
+                            Deadline::Head => fp.header_read_timeout,
+                        };
+                        timer.as_mut().reset(Instant::now() + wait);
+                        deadline = Some(want);
                     }
                     let idle = rbuf.is_empty();
                     tokio::select! {
@@ -298,6 +323,11 @@ where
             .dp
             .access_log()
             .map(|_| (seen(&mut req, &spans), std::time::Instant::now()));
+        fp.requests.0 = fp.requests.0.saturating_add(1);
+        if fp.requests.1.is_some_and(|max| fp.requests.0 >= max) {
+            // `keep-alive-requests`: this is the connection's last request.
+            req.keep_alive = false;
+        }
         let (keep_alive, head_request) = (req.keep_alive, req.is_head());
         let limit = fp.max_header_size.saturating_add(READ_SIZE);
         // Pinned where it is made: the handling future is large, and moving it into

@@ -466,26 +466,48 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = SendDeadline::new(io, ctx.client_send_timeout);
-    let (io, prefix) = if fast {
+    // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.
+    let (keep_alive, max_requests) = {
+        let table = ctx.dp.routes();
+        let s = table.snapshot().settings();
+        (s.keep_alive, s.keep_alive_requests)
+    };
+    let (io, prefix, served) = if fast {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),
             info: Arc::clone(&info),
             header_read_timeout: ctx.header_read_timeout,
             max_header_size: ctx.max_header_size,
             close_idle: ctx.close_idle.clone(),
+            idle_timeout: keep_alive.unwrap_or(ctx.header_read_timeout),
+            requests: (0, max_requests),
         };
         match fastpath::serve(io, &mut fp).await {
             // The watcher drops here: shutdown stops waiting for this connection.
             Outcome::Closed => return,
-            Outcome::HandOver(io, prefix) => (io, prefix),
+            Outcome::HandOver(io, prefix) => (io, prefix, fp.requests.0),
         }
     } else {
-        (io, Bytes::new())
+        (io, Bytes::new(), 0)
     };
     let dp = Arc::clone(&ctx.dp);
+    // Requests counted on from the fast path's: the last one allowed says `Connection: close`
+    // (HTTP/1; hyper then closes the connection after it).
+    let count = Arc::new(AtomicUsize::new(served as usize));
     let svc = service_fn(move |req: Request<Incoming>| {
-        let (dp, info) = (Arc::clone(&dp), Arc::clone(&info));
-        async move { Ok::<_, Infallible>(handle(dp, info, req.map(Some)).await) }
+        let (dp, info, count) = (Arc::clone(&dp), Arc::clone(&info), Arc::clone(&count));
+        async move {
+            let http1 = req.version() <= http::Version::HTTP_11;
+            let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut resp = handle(dp, info, req.map(Some)).await;
+            if http1 && max_requests.is_some_and(|max| n >= max as usize) {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok::<_, Infallible>(resp)
+        }
     });
     let activity = Activity::new();
     let io = Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity));
@@ -499,7 +521,7 @@ where
                 tracing::debug!(error = %e, "client connection ended with an error");
             }
         }
-        why = activity.watch(ctx.header_read_timeout, ctx.client_idle_timeout) => {
+        why = activity.watch(ctx.header_read_timeout, keep_alive.unwrap_or(ctx.client_idle_timeout)) => {
             tracing::debug!(why, "client connection closed");
         }
     }
