@@ -19,10 +19,8 @@ async fn exchange(addr: SocketAddr, bytes: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-const GET: &str = "GET /echo HTTP/1.1\r\nHost: cm.test\r\nX_Custom: 1\r\nConnection: close\r\n\r\n";
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn proxy_protocol_and_underscores_follow_the_configmap() {
+/// One backend and one Ingress (`cm.test`), served with the controller ConfigMap `data`.
+async fn setup(data: &str) -> (Serving, Manifests, sluice_bench::backend::Backend) {
     let b = backend("b").await;
     let m = Manifests::new();
     m.write("class.yaml", &ingress_class());
@@ -32,11 +30,16 @@ async fn proxy_protocol_and_underscores_follow_the_configmap() {
         "ing.yaml",
         &ingress("cm", "cm.test", &[("/", "Prefix", "svc")]),
     );
-    m.write(
-        "cm.yaml",
-        &controller_configmap("  ssl-redirect: \"false\"\n"),
-    );
+    m.write("cm.yaml", &controller_configmap(data));
     let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    (s, m, b)
+}
+
+const GET: &str = "GET /echo HTTP/1.1\r\nHost: cm.test\r\nX_Custom: 1\r\nConnection: close\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_and_underscores_follow_the_configmap() {
+    let (s, m, _b) = setup("  ssl-redirect: \"false\"\n").await;
     let http = s.running.http_addr.unwrap();
 
     let r = exchange(http, GET).await;
@@ -108,20 +111,7 @@ async fn one_response(s: &mut tokio::net::TcpStream) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_and_keep_alive_requests_bound_client_connections() {
-    let b = backend("b").await;
-    let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &service("svc"));
-    m.write("eps.yaml", &endpoint_slices("svc", &[b.addr]));
-    m.write(
-        "ing.yaml",
-        &ingress("cm", "cm.test", &[("/", "Prefix", "svc")]),
-    );
-    m.write(
-        "cm.yaml",
-        &controller_configmap("  keep-alive: \"1\"\n  keep-alive-requests: \"2\"\n"),
-    );
-    let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    let (s, _m, _b) = setup("  keep-alive: \"1\"\n  keep-alive-requests: \"2\"\n").await;
     let http = s.running.http_addr.unwrap();
     let get = "GET / HTTP/1.1\r\nHost: cm.test\r\n\r\n";
 
