@@ -312,3 +312,28 @@ async fn limit_rate_paces_each_response_after_its_first_bytes() {
     let (_, free) = fetch("free.test").await;
     assert!(free < std::time::Duration::from_millis(500), "{free:?}");
 }
+
+/// `limit-connections` counts requests in flight; a request whose pod is gone ends with a 502
+/// and gives its place back, so failures never lock a client out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_connections_places_come_back_after_upstream_errors() {
+    // A port nothing listens on: the pod is gone.
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("svc"));
+    m.write("eps.yaml", &endpoint_slices("svc", &[gone]));
+    m.write(
+        "ing.yaml",
+        &nginx_ingress("one", "svc", &[("limit-connections", "1")]),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    for i in 0..5 {
+        let r = request(http, "GET", "one.test", "/", &[]).await;
+        assert_eq!(r.status, 502, "request {i}: the place was given back");
+    }
+}
