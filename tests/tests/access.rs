@@ -70,6 +70,9 @@ async fn setup(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Ba
                     ),
                     ("cors-allow-credentials", "false"),
                     ("cors-max-age", "600"),
+                    ("cors-allow-methods", "GET, POST"),
+                    ("cors-allow-headers", "X-Token, Content-Type"),
+                    ("cors-expose-headers", "X-Trace"),
                 ],
             ),
         ],
@@ -175,6 +178,19 @@ async fn cors_preflights_and_responses() {
     );
     assert!(!ok.headers.contains_key("access-control-allow-credentials"));
     assert_eq!(ok.headers["access-control-max-age"], "600");
+    assert_eq!(ok.headers["access-control-allow-methods"], "GET, POST");
+    assert_eq!(
+        ok.headers["access-control-allow-headers"],
+        "X-Token, Content-Type"
+    );
+    let listed = send(
+        http,
+        "GET",
+        "cors-list.test",
+        &[("origin", "https://app.test")],
+    )
+    .await;
+    assert_eq!(listed.headers["access-control-expose-headers"], "X-Trace");
     let no = send(
         http,
         "GET",
@@ -336,4 +352,26 @@ async fn limit_connections_places_come_back_after_upstream_errors() {
         let r = request(http, "GET", "one.test", "/", &[]).await;
         assert_eq!(r.status, 502, "request {i}: the place was given back");
     }
+}
+
+/// `limit-rpm`: requests per minute, the burst a multiple of it (`limit-burst-multiplier`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rpm_counts_per_minute() {
+    let (s, _m, _a) = serve_rows(
+        &[(
+            "per-minute",
+            &[("limit-rpm", "2"), ("limit-burst-multiplier", "1")],
+        )],
+        &[],
+    )
+    .await;
+    let http = s.running.http_addr.unwrap();
+    let mut ok = 0;
+    for _ in 0..10 {
+        if send(http, "GET", "per-minute.test", &[]).await.status == 200 {
+            ok += 1;
+        }
+    }
+    // nginx's `limit_req rate=2r/m burst=2 nodelay`: the first, plus the burst of 2, at once.
+    assert!((1..=3).contains(&ok), "{ok} of 10 admitted at 2 a minute");
 }
