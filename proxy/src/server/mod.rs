@@ -269,14 +269,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             tunnels: Arc::clone(&ctx.tunnels),
             fast_path: ctx.opts.fast_path,
             ssl_passthrough: ctx.opts.ssl_passthrough,
+            fresh: Fresh::read(&ctx.dp, ctx.opts.ssl_passthrough),
         };
         // The ConfigMap's use-proxy-protocol, else --proxy-protocol: read per connection, so a
         // change applies to the next one.
-        let proxy_protocol = ctx
-            .dp
-            .routes()
-            .snapshot()
-            .settings()
+        let proxy_protocol = conn_ctx
+            .fresh
             .proxy_protocol
             .unwrap_or(ctx.opts.proxy_protocol);
         tokio::spawn(async move {
@@ -330,18 +328,13 @@ async fn serve_accepted<S>(
         return;
     };
     let accepted = std::time::Instant::now();
-    let (peek, policy, policed) = {
-        let table = ctx.dp.routes();
-        let peek = (ctx.ssl_passthrough && table.has_passthrough()) || table.has_client_auth();
-        // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
-        let policy = table.snapshot().settings().server_tls.clone();
-        let policed = (policy != ServerTls::default())
-            .then(|| ctx.policed.get(&policy, base))
-            .flatten();
-        (peek, policy, policed)
-    };
+    // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
+    let policy = &ctx.fresh.server_tls;
+    let policed = (*policy != ServerTls::default())
+        .then(|| ctx.policed.get(policy, base))
+        .flatten();
     let base = policed.as_ref().unwrap_or(base);
-    if !peek {
+    if !ctx.fresh.peek {
         let tls = (base, None);
         terminate(
             stream,
@@ -377,7 +370,7 @@ async fn serve_accepted<S>(
     let host_auth = name.as_deref().and_then(|n| table.client_auth(n)).cloned();
     let acceptor = host_auth.as_ref().and_then(|a| {
         ctx.client_auth
-            .get(a, (base, &policy), |k| table.has_client_auth_rules(k))
+            .get(a, (base, policy), |k| table.has_client_auth_rules(k))
     });
     drop(table);
     let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
@@ -457,6 +450,37 @@ struct ConnCtx {
     tunnels: Arc<AtomicUsize>,
     fast_path: bool,
     ssl_passthrough: bool,
+    fresh: Fresh,
+}
+
+/// What the route table says about a connection when it is accepted, read with one load of
+/// the table: the controller ConfigMap's connection-level keys, and whether the ClientHello is
+/// read before TLS.
+struct Fresh {
+    /// `use-proxy-protocol`.
+    proxy_protocol: Option<bool>,
+    /// Some host is passed through, or asks for client certificates.
+    peek: bool,
+    /// `ssl-protocols`, `ssl-ciphers`.
+    server_tls: ServerTls,
+    /// `keep-alive`.
+    keep_alive: Option<Duration>,
+    /// `keep-alive-requests`.
+    keep_alive_requests: Option<u32>,
+}
+
+impl Fresh {
+    fn read(dp: &DataPlane, ssl_passthrough: bool) -> Self {
+        let table = dp.routes();
+        let s = table.snapshot().settings();
+        Self {
+            proxy_protocol: s.proxy_protocol,
+            peek: (ssl_passthrough && table.has_passthrough()) || table.has_client_auth(),
+            server_tls: s.server_tls.clone(),
+            keep_alive: s.keep_alive,
+            keep_alive_requests: s.keep_alive_requests,
+        }
+    }
 }
 
 /// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
@@ -467,11 +491,7 @@ where
 {
     let io = SendDeadline::new(io, ctx.client_send_timeout);
     // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.
-    let (keep_alive, max_requests) = {
-        let table = ctx.dp.routes();
-        let s = table.snapshot().settings();
-        (s.keep_alive, s.keep_alive_requests)
-    };
+    let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
     let (io, prefix, served) = if fast {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),
