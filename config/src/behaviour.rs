@@ -54,6 +54,9 @@ pub struct RouteEdits {
     pub client_cert: Option<ClientCertAuth>,
     /// `limit-rate`, `limit-rate-after`: the pace of each response.
     pub bandwidth: Option<Bandwidth>,
+    /// `custom-headers`: fields set on the route's answers, replacing the pod's (checked:
+    /// allowed names, no framing fields, values that cannot split a response).
+    pub response_headers: Vec<(String, String)>,
 }
 
 /// A response's pace (nginx's `limit_rate`, `limit_rate_after`), per response.

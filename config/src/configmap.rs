@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::annotations::catalog::{self, Entry, Support, e as k};
+use crate::annotations::headers::allowed_list;
 use crate::annotations::traffic::nginx_size;
 use crate::model::{Hsts, Settings};
 
@@ -54,6 +55,11 @@ pub const KEYS: &[Entry] = &[
         "enable-underscores-in-headers",
         Honoured,
         "client fields with _ in their names go upstream (dropped by default, as nginx)",
+    ),
+    k(
+        "global-allowed-response-headers",
+        Honoured,
+        "the fields custom-headers ConfigMaps may set; framing fields (Content-Length, Transfer-Encoding, Connection, ...) never",
     ),
     k("global-auth-always-set-cookie", Honoured, GLOBAL),
     k("global-auth-cache-duration", Honoured, GLOBAL),
@@ -216,6 +222,10 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
             "enable-underscores-in-headers" => match bool_value(v) {
                 Some(b) => settings.underscores_in_headers = b,
                 None => bad(key, "is not \"true\" or \"false\""),
+            },
+            "global-allowed-response-headers" => match allowed_list(v) {
+                Ok(list) => settings.allowed_response_headers = list,
+                Err(why) => bad(key, &why),
             },
             "proxy-body-size" => match nginx_size(v) {
                 Some(n) => settings.limits.max_body_size = Some(n),

@@ -479,6 +479,9 @@ pub struct Settings {
     /// `keep-alive-requests` of the controller ConfigMap: the most requests one HTTP/1 client
     /// connection serves; the last is answered with `Connection: close`.
     pub keep_alive_requests: Option<u32>,
+    /// `global-allowed-response-headers` of the controller ConfigMap, lower case and sorted:
+    /// the only fields a `custom-headers` ConfigMap may set (empty: none may).
+    pub allowed_response_headers: Vec<String>,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -511,6 +514,7 @@ impl Default for Settings {
             upstream_keepalive_timeout: None,
             keep_alive: None,
             keep_alive_requests: None,
+            allowed_response_headers: Vec::new(),
         }
     }
 }

@@ -12,6 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// The label EndpointSlices carry to name their Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// Set by a controller on a ConfigMap whose data it did not keep (too large to be a set of
+/// response fields), with the size it had; `custom-headers` refuses such a ConfigMap.
+pub const DROPPED_BYTES: &str = "sluice.dev/dropped-data-bytes";
+
 /// `(namespace, name)`; the namespace is empty for cluster-scoped kinds.
 pub type Key = (String, String);
 

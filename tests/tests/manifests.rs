@@ -48,6 +48,7 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
     ),
     ("", "services", &["get", "list", "watch"]),
     ("", "secrets", &["get", "list", "watch"]),
+    ("", "configmaps", &["get", "list", "watch"]),
     (
         "discovery.k8s.io",
         "endpointslices",
@@ -60,14 +61,11 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// API calls the controller makes in its own namespace only (leader election).
-const NAMESPACE_CALLS: &[(&str, &str, &[&str])] = &[
-    (
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update", "patch"],
-    ),
-    ("", "configmaps", &["get", "list", "watch"]),
-];
+const NAMESPACE_CALLS: &[(&str, &str, &[&str])] = &[(
+    "coordination.k8s.io",
+    "leases",
+    &["get", "create", "update", "patch"],
+)];
 
 /// Verbs that change state.
 const WRITE_VERBS: &[&str] = &[

@@ -216,7 +216,11 @@ pub const CATALOG: &[Entry] = &[
     ),
     e("cors-expose-headers", Honoured, ""),
     e("cors-max-age", Honoured, ""),
-    e("custom-headers", Unsupported, NOT_YET),
+    e(
+        "custom-headers",
+        Differs,
+        "NAME or NAMESPACE/NAME of a ConfigMap; its fields replace the pod's on every answer the route's pods or error pages give (sluice's own 401/403/redirects/503 do not carry them); only names in global-allowed-response-headers, never framing fields; a missing ConfigMap or a refused field closes the route (503), as ingress-nginx",
+    ),
     e(
         "custom-http-errors",
         Differs,

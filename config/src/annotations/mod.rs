@@ -23,6 +23,7 @@ pub mod auth_cache;
 pub mod backends;
 pub mod catalog;
 pub mod client_cert;
+pub mod headers;
 pub mod review;
 pub mod traffic;
 pub mod upstream_tls;

@@ -16,6 +16,7 @@
 mod auth;
 mod backend;
 mod canary;
+pub mod headers;
 mod options;
 mod ownership;
 mod passthrough;
@@ -265,10 +266,15 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                     options.edits.auth = a;
                     auth::client_cert(ing, &src, world, &mut problems)
                 });
-            let resolved = resolved.and_then(|c| {
-                options.edits.client_cert = c;
-                upstream_tls::resolve(ing, &src, world, &mut problems)
-            });
+            let resolved = resolved
+                .and_then(|c| {
+                    options.edits.client_cert = c;
+                    headers::resolve(ing, &src, world, &settings, &mut problems)
+                })
+                .and_then(|h| {
+                    options.edits.response_headers = h;
+                    upstream_tls::resolve(ing, &src, world, &mut problems)
+                });
             match resolved {
                 Ok(t) => pool.tls = t,
                 Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
@@ -529,5 +535,7 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 mod tests;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_headers;
 #[cfg(test)]
 mod tests_traffic;

@@ -203,6 +203,8 @@ pub(super) fn route_options(
         satisfy_any: auth::satisfy_any(ann).unwrap_or(false),
         client_cert: None,
         bandwidth: access::bandwidth(ann).ok().flatten(),
+        // Set by `translate::headers`, which needs the world.
+        response_headers: Vec::new(),
     };
     let limits = RouteLimits {
         max_body_size: or_default(traffic::body_size(ann), src, p)

@@ -47,6 +47,9 @@ pub struct Rebuilder {
     by_service: HashMap<Key, Vec<ClusterKey>>,
     published: watch::Sender<Published>,
     ingress_changed: watch::Sender<u64>,
+    /// ConfigMaps some Ingress names in `custom-headers` (as of the last rebuild): a change
+    /// to any other ConfigMap rebuilds nothing.
+    referenced_config_maps: HashSet<Key>,
 }
 
 fn same_routing(
@@ -79,7 +82,23 @@ impl Rebuilder {
             by_service: HashMap::new(),
             published,
             ingress_changed,
+            referenced_config_maps: HashSet::new(),
         }
+    }
+
+    /// The controller ConfigMap's key, when `--configmap` names one: its own watch (by name)
+    /// owns that key, the watch of every ConfigMap all others.
+    fn controller_config_map(&self) -> Option<Key> {
+        self.opts
+            .configmap
+            .as_ref()
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+    }
+
+    /// Whether a change to this ConfigMap can change the snapshot.
+    fn config_map_matters(&self, key: &Key) -> bool {
+        self.controller_config_map().as_ref() == Some(key)
+            || self.referenced_config_maps.contains(key)
     }
 
     /// Whether every kind has finished its initial list.
@@ -103,6 +122,11 @@ impl Rebuilder {
             }
             Obj::Secret(x) => self.world.put_secret(x),
             Obj::ConfigMap(x) => self.world.put_config_map(x),
+            Obj::AnyConfigMap(x) => {
+                if self.controller_config_map() != Some(key_of(&x.metadata)) {
+                    self.world.put_config_map(x);
+                }
+            }
         }
     }
 
@@ -124,7 +148,17 @@ impl Rebuilder {
                     KindId::Service => self.world.services.clear(),
                     KindId::Secret => self.world.secrets.clear(),
                     KindId::EndpointSlice => self.world.clear_endpoint_slices(),
-                    KindId::ConfigMap => self.world.config_maps.clear(),
+                    KindId::ConfigMap => {
+                        if let Some(k) = self.controller_config_map() {
+                            self.world.config_maps.remove(&k);
+                        }
+                    }
+                    KindId::AnyConfigMap => {
+                        let own = self.controller_config_map();
+                        self.world
+                            .config_maps
+                            .retain(|k, _| Some(k) == own.as_ref());
+                    }
                 }
                 for o in objs {
                     self.put(o);
@@ -155,6 +189,23 @@ impl Rebuilder {
                     self.mark_dirty(seen);
                 }
             }
+            Change::Apply(Obj::AnyConfigMap(c)) => {
+                let key = key_of(&c.metadata);
+                let matters = self.config_map_matters(&key);
+                self.put(Obj::AnyConfigMap(c));
+                if matters {
+                    self.mark_dirty(seen);
+                }
+            }
+            Change::Delete(Obj::AnyConfigMap(c)) => {
+                let key = key_of(&c.metadata);
+                if self.controller_config_map() != Some(key.clone()) {
+                    self.world.config_maps.remove(&key);
+                }
+                if self.config_map_matters(&key) {
+                    self.mark_dirty(seen);
+                }
+            }
             Change::Apply(o) => {
                 self.put(o);
                 self.mark_dirty(seen);
@@ -182,6 +233,8 @@ impl Rebuilder {
                     Obj::ConfigMap(x) => {
                         self.world.config_maps.remove(&key_of(&x.metadata));
                     }
+                    // Handled above.
+                    Obj::AnyConfigMap(_) => {}
                 }
                 self.mark_dirty(seen);
             }
@@ -235,6 +288,12 @@ impl Rebuilder {
                 .push(key.clone());
         }
         self.by_service = by_service;
+        self.referenced_config_maps = self
+            .world
+            .ingresses
+            .values()
+            .filter_map(|i| sluice_config::translate::headers::reference(i))
+            .collect();
         let problems = snapshot.problems().to_vec();
         let outcome = self.dp.apply(snapshot);
         for seen in self.pending_seen.drain(..) {
@@ -281,6 +340,7 @@ fn kind_of(o: &Obj) -> KindId {
         Obj::EndpointSlice(_) => KindId::EndpointSlice,
         Obj::Secret(_) => KindId::Secret,
         Obj::ConfigMap(_) => KindId::ConfigMap,
+        Obj::AnyConfigMap(_) => KindId::AnyConfigMap,
     }
 }
 
@@ -413,7 +473,10 @@ mod tests {
                     KindId::Ingress => vec![ingress()],
                     KindId::Service => vec![service("svc")],
                     KindId::EndpointSlice => vec![slice("svc", &["10.0.0.1"])],
-                    KindId::IngressClass | KindId::Secret | KindId::ConfigMap => vec![],
+                    KindId::IngressClass
+                    | KindId::Secret
+                    | KindId::ConfigMap
+                    | KindId::AnyConfigMap => vec![],
                 };
                 for o in objs {
                     h.send(Change::InitApply(o));

@@ -39,16 +39,19 @@ pub enum KindId {
     Secret,
     /// The controller ConfigMap (only with `--configmap`).
     ConfigMap,
+    /// Every other ConfigMap in the watched namespaces: `custom-headers` may name any.
+    AnyConfigMap,
 }
 
 /// The kinds always watched, for readiness bookkeeping (the ConfigMap is added with
 /// `--configmap`: see [`kinds`]).
-pub const ALL_KINDS: [KindId; 5] = [
+pub const ALL_KINDS: [KindId; 6] = [
     KindId::Ingress,
     KindId::IngressClass,
     KindId::Service,
     KindId::EndpointSlice,
     KindId::Secret,
+    KindId::AnyConfigMap,
 ];
 
 /// An object of one of the watched kinds.
@@ -66,10 +69,40 @@ pub enum Obj {
     Secret(Arc<Secret>),
     /// The controller ConfigMap.
     ConfigMap(Arc<ConfigMap>),
+    /// Any ConfigMap (see [`KindId::AnyConfigMap`]), trimmed by [`trim_config_map`].
+    AnyConfigMap(Arc<ConfigMap>),
+}
+
+/// Most data a watched ConfigMap keeps: a set of response fields is a few KiB; a ConfigMap
+/// beyond this (a dashboard, a CA bundle) is kept without its data, marked with the size it
+/// had, so that a cluster's large ConfigMaps cost sluice almost nothing.
+pub const MAX_CONFIG_MAP_DATA: usize = 64 * 1024;
+
+/// What a ConfigMap watched for `custom-headers` keeps: no annotations (`kubectl apply`'s
+/// last-applied copy doubles the size), no binary data, and data only up to
+/// [`MAX_CONFIG_MAP_DATA`].
+pub fn trim_config_map(o: &mut ConfigMap) {
+    o.binary_data = None;
+    o.metadata.annotations = None;
+    o.metadata.labels = None;
+    let bytes: usize = o
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if bytes > MAX_CONFIG_MAP_DATA {
+        o.data = None;
+        o.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            sluice_config::world::DROPPED_BYTES.to_string(),
+            bytes.to_string(),
+        )]));
+    }
 }
 
 /// The kinds whose initial list the first snapshot waits for.
 pub fn kinds(configmap: bool) -> Vec<KindId> {
+    // `ALL_KINDS` includes `AnyConfigMap`: Ingresses may name a ConfigMap (`custom-headers`).
     let mut k = ALL_KINDS.to_vec();
     if configmap {
         k.push(KindId::ConfigMap);
@@ -104,11 +137,16 @@ pub struct Stores {
     pub classes: Store<IngressClass>,
 }
 
+fn no_trim<K>(_: &mut K) {}
+
+/// How a kind's objects become [`Obj`]s, and what is trimmed from each first.
+type Shape<K> = (fn(Arc<K>) -> Obj, fn(&mut K));
+
 fn spawn_kind<K>(
     api: Api<K>,
     cfg: watcher::Config,
     kind: KindId,
-    wrap: fn(Arc<K>) -> Obj,
+    (wrap, trim): Shape<K>,
     tx: mpsc::UnboundedSender<Seen>,
 ) -> Store<K>
 where
@@ -119,7 +157,10 @@ where
     tokio::spawn(async move {
         let stream = watcher(api, cfg)
             .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(move |o: &mut K| {
+                o.managed_fields_mut().clear();
+                trim(o);
+            })
             .reflect(writer);
         futures::pin_mut!(stream);
         let mut failing = false;
@@ -155,8 +196,8 @@ where
     reader
 }
 
-/// Starts the five reflectors, and a sixth for the one controller ConfigMap when there is one;
-/// events go to `tx`.
+/// Starts the six reflectors (the sixth for every ConfigMap), and a seventh for the one
+/// controller ConfigMap when there is one; events go to `tx`.
 pub fn start(
     client: &Client,
     namespace: Option<&str>,
@@ -178,28 +219,28 @@ pub fn start(
         api(client, namespace),
         cfg.clone(),
         KindId::Ingress,
-        Obj::Ingress,
+        (Obj::Ingress, no_trim),
         tx.clone(),
     );
     let classes = spawn_kind::<IngressClass>(
         Api::all(client.clone()),
         cfg.clone(),
         KindId::IngressClass,
-        Obj::IngressClass,
+        (Obj::IngressClass, no_trim),
         tx.clone(),
     );
     spawn_kind::<Service>(
         api(client, namespace),
         cfg.clone(),
         KindId::Service,
-        Obj::Service,
+        (Obj::Service, no_trim),
         tx.clone(),
     );
     spawn_kind::<EndpointSlice>(
         api(client, namespace),
         cfg.clone(),
         KindId::EndpointSlice,
-        Obj::EndpointSlice,
+        (Obj::EndpointSlice, no_trim),
         tx.clone(),
     );
     if let Some(cm) = configmap {
@@ -208,15 +249,22 @@ pub fn start(
             Api::namespaced(client.clone(), &cm.namespace),
             cfg.clone().fields(&format!("metadata.name={}", cm.name)),
             KindId::ConfigMap,
-            Obj::ConfigMap,
+            (Obj::ConfigMap, no_trim),
             tx.clone(),
         );
     }
+    spawn_kind::<ConfigMap>(
+        api(client, namespace),
+        cfg.clone(),
+        KindId::AnyConfigMap,
+        (Obj::AnyConfigMap, trim_config_map),
+        tx.clone(),
+    );
     spawn_kind::<Secret>(
         api(client, namespace),
         cfg.fields(SECRET_TYPES),
         KindId::Secret,
-        Obj::Secret,
+        (Obj::Secret, no_trim),
         tx,
     );
     Stores { ingresses, classes }

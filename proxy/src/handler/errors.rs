@@ -134,6 +134,9 @@ pub(crate) async fn page(
         Ok(Ok(d)) => {
             let (mut parts, body) = d.response.into_parts();
             hop::strip(&mut parts.headers, false);
+            if let Some(e) = &action.edits {
+                e.set_response_headers(&mut parts.headers);
+            }
             parts.version = http::Version::HTTP_11;
             Response::from_parts(parts, body)
         }

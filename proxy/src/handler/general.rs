@@ -450,6 +450,9 @@ async fn route(
         return errors::page(action, conn, rparts.status, original, request_timeout).await;
     }
     hop::strip(&mut rparts.headers, false);
+    if let Some(e) = edits {
+        e.set_response_headers(&mut rparts.headers);
+    }
     if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {
         cors.apply(&mut rparts.headers, origin, false);
     }

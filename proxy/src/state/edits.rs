@@ -37,6 +37,8 @@ pub struct Edits {
     pub satisfy_any: bool,
     /// `limit-rate`, `limit-rate-after`.
     pub bandwidth: Option<sluice_config::behaviour::Bandwidth>,
+    /// `custom-headers`: set on the route's answers, replacing the pod's fields of the name.
+    pub response_headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// CORS, compiled: header values checked once.
@@ -207,7 +209,25 @@ impl Edits {
             custom_errors: e.custom_errors.clone(),
             satisfy_any: e.satisfy_any,
             bandwidth: e.bandwidth,
+            response_headers: e
+                .response_headers
+                .iter()
+                .filter_map(|(n, v)| {
+                    Some((
+                        HeaderName::from_bytes(n.as_bytes()).ok()?,
+                        HeaderValue::from_str(v).ok()?,
+                    ))
+                })
+                .collect(),
         }))
+    }
+
+    /// Sets the `custom-headers` fields on an answer, replacing any of the same name (nginx's
+    /// `more_set_headers`).
+    pub fn set_response_headers(&self, headers: &mut http::HeaderMap) {
+        for (n, v) in &self.response_headers {
+            headers.insert(n.clone(), v.clone());
+        }
     }
 
     /// Edits a request on its way upstream: the rewritten target, `Host` from
