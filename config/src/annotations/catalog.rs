@@ -361,7 +361,7 @@ pub const CATALOG: &[Entry] = &[
     e(
         "proxy-next-upstream",
         Differs,
-        "error, non_idempotent and off act; timeout and http_* are accepted but an answered or timed-out attempt is final",
+        "error, non_idempotent and off act on requests a pod received; a connection that could not be opened is always tried on another pod within the tries (nothing was sent); timeout and http_* are accepted but an answered or timed-out attempt is final",
     ),
     e(
         "proxy-next-upstream-timeout",
