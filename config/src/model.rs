@@ -438,6 +438,10 @@ pub struct TlsBinding {
     pub secret: ObjectRef,
     /// The Ingress that asked for it.
     pub source: ObjectRef,
+    /// A second Secret the same Ingress names for the host (another `spec.tls` entry): its
+    /// certificate of the other key type is served to the clients that can verify it (ECDSA
+    /// beside RSA, as nginx with two `ssl_certificate` lines).
+    pub also: Option<ObjectRef>,
 }
 
 /// Global settings that apply to the whole data plane.

@@ -19,8 +19,12 @@ const RSA_PKCS1_KEY: &str = include_str!("../fixtures/rsa-pkcs1.key");
 const EC_CRT: &str = include_str!("../fixtures/ec.crt");
 const EC_KEY: &str = include_str!("../fixtures/ec.key");
 
+/// Accepts any server certificate; with `rsa_only`, offers only RSA signature schemes (a
+/// client that cannot verify ECDSA).
 #[derive(Debug)]
-struct AcceptAny;
+struct AcceptAny {
+    rsa_only: bool,
+}
 
 impl ServerCertVerifier for AcceptAny {
     fn verify_server_cert(
@@ -60,15 +64,20 @@ impl ServerCertVerifier for AcceptAny {
         )
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        sluice_proxy::crypto::provider()
+        let mut all = sluice_proxy::crypto::provider()
             .signature_verification_algorithms
-            .supported_schemes()
+            .supported_schemes();
+        if self.rsa_only {
+            all.retain(|s| format!("{s:?}").starts_with("RSA"));
+        }
+        all
     }
 }
 
 struct Opts {
     alpn: Vec<&'static [u8]>,
     tls12_suite: Option<rustls::SupportedCipherSuite>,
+    rsa_only: bool,
 }
 
 fn client_config(o: &Opts) -> Arc<ClientConfig> {
@@ -86,7 +95,9 @@ fn client_config(o: &Opts) -> Arc<ClientConfig> {
     };
     let mut cfg = builder
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny))
+        .with_custom_certificate_verifier(Arc::new(AcceptAny {
+            rsa_only: o.rsa_only,
+        }))
         .with_no_client_auth();
     cfg.alpn_protocols = o.alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(cfg)
@@ -124,6 +135,7 @@ fn h13() -> Opts {
     Opts {
         alpn: vec![b"http/1.1"],
         tls12_suite: None,
+        rsa_only: false,
     }
 }
 
@@ -235,6 +247,7 @@ async fn alpn_h2_and_http1_tls12_and_tls13() {
         &Opts {
             alpn: vec![b"h2", b"http/1.1"],
             tls12_suite: None,
+            rsa_only: false,
         },
     )
     .await;
@@ -275,6 +288,7 @@ async fn alpn_h2_and_http1_tls12_and_tls13() {
             &Opts {
                 alpn: vec![b"http/1.1"],
                 tls12_suite: Some(suite),
+                rsa_only: false,
             },
         )
         .await;
@@ -305,10 +319,66 @@ async fn ecdsa_certificates_offer_the_ecdhe_ecdsa_suites() {
             &Opts {
                 alpn: vec![],
                 tls12_suite: Some(suite),
+                rsa_only: false,
             },
         )
         .await;
         assert_eq!(s.get_ref().1.negotiated_cipher_suite(), Some(suite));
+    }
+}
+
+/// Two Secrets for one host on one Ingress (RSA and ECDSA): ECDSA for clients that can verify
+/// it, RSA for the rest, as nginx with two `ssl_certificate` lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_serves_ecdsa_and_rsa_by_what_the_client_offers() {
+    let dual = tls_ingress("d", "dual.test", "rsa-cert", "svc", &[]).replace(
+        "    secretName: rsa-cert\n",
+        "    secretName: rsa-cert\n  - hosts: [\"dual.test\"]\n    secretName: ec-cert\n",
+    );
+    let (r, _a) = setup(vec![
+        tls_secret("rsa-cert", RSA_PKCS1_CRT, RSA_PKCS1_KEY),
+        tls_secret("ec-cert", EC_CRT, EC_KEY),
+        dual,
+    ])
+    .await;
+    assert!(r.dp.tls_problems().is_empty(), "{:?}", r.dp.tls_problems());
+    let https = r.https_addr.unwrap();
+    let (rsa, ec) = (pem_serial(RSA_PKCS1_CRT), pem_serial(EC_CRT));
+    use rustls::crypto::aws_lc_rs::cipher_suite::*;
+    let cases = [
+        ("TLS 1.3, ECDSA offered", h13(), &ec),
+        (
+            "TLS 1.3, RSA only",
+            Opts {
+                rsa_only: true,
+                ..h13()
+            },
+            &rsa,
+        ),
+        (
+            "TLS 1.2, ECDHE-ECDSA suite",
+            Opts {
+                alpn: vec![],
+                tls12_suite: Some(TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+                rsa_only: false,
+            },
+            &ec,
+        ),
+        (
+            "TLS 1.2, ECDHE-RSA suite only",
+            Opts {
+                alpn: vec![],
+                tls12_suite: Some(TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+                rsa_only: false,
+            },
+            &rsa,
+        ),
+    ];
+    for (what, opts, want) in cases {
+        let s = connect(https, Some("dual.test"), &opts).await;
+        assert_eq!(&serial(&s), want, "{what}");
+        let (status, _, _) = h1_request(&mut h1(s).await, "dual.test", "/").await;
+        assert_eq!(status, 200, "{what}");
     }
 }
 

@@ -525,6 +525,49 @@ fn tls_bindings_and_bad_secrets() {
 }
 
 #[test]
+fn one_ingress_may_name_a_second_secret_for_a_host() {
+    let mut w = base_world();
+    for name in ["rsa", "ecdsa", "third", "other"] {
+        w.put_secret(secret(name, "kubernetes.io/tls", CERT, KEY));
+    }
+    let rule = json!([{"host": "two.test", "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "a", "port": {"number": 80}}}}]}}]);
+    w.put_ingress(ingress_at(
+        "default",
+        "two",
+        "2020-01-01T00:00:00Z",
+        json!({"ingressClassName": "sluice", "rules": rule, "tls": [
+            {"hosts": ["two.test"], "secretName": "rsa"},
+            {"hosts": ["two.test"], "secretName": "ecdsa"},
+            {"hosts": ["two.test"], "secretName": "third"},
+        ]}),
+    ));
+    // A younger Ingress naming another Secret for the host is a conflict, as before.
+    w.put_ingress(ingress_at(
+        "default",
+        "younger",
+        "2030-01-01T00:00:00Z",
+        json!({"ingressClassName": "sluice", "rules": rule, "tls": [{"hosts": ["two.test"], "secretName": "other"}]}),
+    ));
+    let s = translate(&w, &opts());
+    let b = s.tls().iter().find(|b| b.host == "two.test").unwrap();
+    assert_eq!(b.secret.name, "rsa");
+    assert_eq!(b.also.as_ref().map(|s| s.name.as_str()), Some("ecdsa"));
+    let names: Vec<&str> = s.certificates().keys().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["ecdsa", "rsa"]);
+    let conflicts: Vec<String> = s
+        .problems()
+        .iter()
+        .filter(|p| p.reason == "Conflict" && p.message.contains("TLS for host"))
+        .map(|p| p.object.name.clone())
+        .collect();
+    assert_eq!(
+        conflicts,
+        ["two", "younger"],
+        "the third Secret, the other Ingress"
+    );
+}
+
+#[test]
 fn ssl_redirect_annotation_and_default_backend() {
     let mut w = base_world();
     let v = json!({"metadata": {"namespace": "default", "name": "r", "annotations": {"nginx.ingress.kubernetes.io/ssl-redirect": "false", "sluice.dev/hsts": "max-age=60"}},

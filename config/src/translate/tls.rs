@@ -82,15 +82,27 @@ pub(super) fn collect(
                             host: host.clone(),
                             secret: ObjectRef::new("Secret", src.namespace.clone(), s.clone()),
                             source: src.clone(),
+                            also: None,
                         });
-                match hosts.get(&host) {
+                match hosts.get_mut(&host) {
                     None => {
                         hosts.insert(host, binding);
                     }
                     Some(existing) => {
                         let same = existing.as_ref().map(|b| &b.secret)
-                            == binding.as_ref().map(|b| &b.secret);
-                        if !same {
+                            == binding.as_ref().map(|b| &b.secret)
+                            || existing.as_ref().and_then(|b| b.also.as_ref())
+                                == binding.as_ref().map(|b| &b.secret);
+                        // The same Ingress naming a second Secret for the host: its
+                        // certificate of the other key type (checked when loaded).
+                        let second = match (existing.as_mut(), &binding) {
+                            (Some(e), Some(b)) if !same && e.source == src && e.also.is_none() => {
+                                e.also = Some(b.secret.clone());
+                                true
+                            }
+                            _ => false,
+                        };
+                        if !same && !second {
                             let by = existing.as_ref().map_or_else(
                                 || "an older Ingress".to_string(),
                                 |b| b.source.to_string(),
@@ -142,8 +154,14 @@ impl TlsHosts {
     /// Checks the named Secrets and returns bindings plus valid certificates.
     pub(super) fn finish(self, world: &World, p: &mut Problems) -> (Vec<TlsBinding>, Certificates) {
         let bindings: Vec<TlsBinding> = self.hosts.into_values().flatten().collect();
-        let secrets: BTreeSet<(&ObjectRef, &ObjectRef)> =
-            bindings.iter().map(|b| (&b.secret, &b.source)).collect();
+        let secrets: BTreeSet<(&ObjectRef, &ObjectRef)> = bindings
+            .iter()
+            .flat_map(|b| {
+                std::iter::once(&b.secret)
+                    .chain(&b.also)
+                    .map(|s| (s, &b.source))
+            })
+            .collect();
         let mut certs = Certificates::new();
         let mut seen = BTreeSet::new();
         for (secret, source) in secrets {

@@ -33,7 +33,11 @@ impl ResolvesServerCert for SniResolver {
         let name = hello
             .server_name()
             .and_then(|n| normalize_request_host(n, &mut buf));
-        Some(Arc::clone(&store.lookup(name).key))
+        let cert = store.lookup(name);
+        Some(Arc::clone(cert.for_client(
+            hello.signature_schemes(),
+            hello.cipher_suites(),
+        )))
     }
 }
 

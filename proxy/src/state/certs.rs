@@ -10,6 +10,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
+use rustls::{CipherSuite, SignatureScheme};
 use sluice_config::{CertificatePem, ObjectRef, Snapshot};
 
 use crate::crypto::provider;
@@ -36,6 +37,50 @@ pub struct LoadedCert {
     pub not_after: i64,
     /// Leaf DNS subject alternative names.
     pub sans: Vec<String>,
+    /// The host's ECDSA certificate when it has one beside this (RSA) one: served to the
+    /// clients that can verify it ([`LoadedCert::for_client`]).
+    pub ecdsa: Option<Box<LoadedCert>>,
+}
+
+impl LoadedCert {
+    /// Whether the key is ECDSA.
+    pub fn is_ecdsa(&self) -> bool {
+        self.key.key.algorithm() == rustls::SignatureAlgorithm::ECDSA
+    }
+
+    /// The certificate for a client that offers these signature schemes and cipher suites: the
+    /// ECDSA one when the host has one and the client can use it (a scheme the key signs with,
+    /// and a TLS 1.3 suite or a TLS 1.2 ECDHE-ECDSA suite), else this one. ECDSA handshakes cost
+    /// the server a fraction of RSA's; clients that cannot verify ECDSA still connect.
+    pub fn for_client(
+        &self,
+        schemes: &[SignatureScheme],
+        suites: &[CipherSuite],
+    ) -> &Arc<CertifiedKey> {
+        match &self.ecdsa {
+            Some(e)
+                if e.key.key.choose_scheme(schemes).is_some()
+                    && suites.iter().any(|s| ecdsa_suite(*s)) =>
+            {
+                &e.key
+            }
+            _ => &self.key,
+        }
+    }
+}
+
+/// A suite an ECDSA certificate can serve: any TLS 1.3 suite (the certificate's key type is
+/// not part of them) or a TLS 1.2 ECDHE-ECDSA one.
+fn ecdsa_suite(s: CipherSuite) -> bool {
+    matches!(
+        s,
+        CipherSuite::TLS13_AES_128_GCM_SHA256
+            | CipherSuite::TLS13_AES_256_GCM_SHA384
+            | CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+    )
 }
 
 /// Parses PEM into a certified key and checks that the key matches the leaf certificate.
@@ -88,6 +133,7 @@ pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedCert, CertError
         serial,
         not_after,
         sans,
+        ecdsa: None,
     })
 }
 
@@ -100,6 +146,30 @@ pub fn self_signed_default() -> Result<LoadedCert, CertError> {
         ck.cert.pem().as_bytes(),
         ck.signing_key.serialize_pem().as_bytes(),
     )
+}
+
+/// A host's two certificates as one entry: the RSA one first, the ECDSA one beside it. Two of
+/// the same key type cannot be told apart by what a client offers: the first is served and
+/// the second reported.
+fn pair(
+    first: LoadedCert,
+    second: LoadedCert,
+    second_ref: &ObjectRef,
+    problems: &mut Vec<TlsProblem>,
+) -> LoadedCert {
+    let (mut rsa, ecdsa) = match (first.is_ecdsa(), second.is_ecdsa()) {
+        (false, true) => (first, second),
+        (true, false) => (second, first),
+        _ => {
+            problems.push(TlsProblem {
+                secret: second_ref.clone(),
+                message: "has the same key type as the host's other certificate; only the first is served (a host may have one RSA and one ECDSA certificate)".into(),
+            });
+            return first;
+        }
+    };
+    rsa.ecdsa = Some(Box::new(ecdsa));
+    rsa
 }
 
 /// SNI → certificate, immutable; swapped as a whole.
@@ -136,12 +206,16 @@ impl CertStore {
         &self.default
     }
 
-    /// `(host, certificate)` pairs, for metrics and status.
+    /// `(host, certificate)` pairs, for metrics and status; a host with an ECDSA certificate
+    /// beside its RSA one appears twice.
     pub fn hosts(&self) -> impl Iterator<Item = (String, &LoadedCert)> {
         self.exact
             .iter()
             .map(|(h, c)| (h.clone(), c))
             .chain(self.wildcard.iter().map(|(s, c)| (format!("*{s}"), c)))
+            .flat_map(|(h, c)| {
+                std::iter::once((h.clone(), c)).chain(c.ecdsa.as_deref().map(|e| (h, e)))
+            })
     }
 }
 
@@ -218,6 +292,17 @@ impl TlsState {
                 Some(pem) => self.load(&b.secret, pem, &mut problems),
                 None => None,
             };
+            let also = b.also.as_ref().and_then(|s| {
+                let pem = snapshot.certificates().get(s)?;
+                Some((s, self.load(s, pem, &mut problems)?))
+            });
+            let loaded = match (loaded, also) {
+                (Some(first), Some((second_ref, second))) => {
+                    Some(pair(first, second, second_ref, &mut problems))
+                }
+                // One of the two is broken: serve the other (its problem is reported).
+                (one, other) => one.or(other.map(|(_, c)| c)),
+            };
             let Some(cert) = loaded.or_else(|| self.last_good_by_host.get(&b.host).cloned()) else {
                 continue;
             };
@@ -231,7 +316,7 @@ impl TlsState {
         let used: std::collections::HashSet<&ObjectRef> = snapshot
             .tls()
             .iter()
-            .map(|b| &b.secret)
+            .flat_map(|b| std::iter::once(&b.secret).chain(&b.also))
             .chain(default_secret)
             .collect();
         self.by_secret.retain(|k, _| used.contains(k));

@@ -278,10 +278,16 @@ impl DataPlane {
         self.metrics.cert_expiry.clear();
         self.metrics.cert_info.clear();
         for (host, cert) in store.hosts() {
-            self.metrics
+            // A host with two certificates (RSA and ECDSA) shows the one that expires first.
+            let expiry = self
+                .metrics
                 .cert_expiry
-                .get_or_create(&CertLabels { host: host.clone() })
-                .set(cert.not_after);
+                .get_or_create(&CertLabels { host: host.clone() });
+            let shown = expiry.get();
+            if shown == 0 || cert.not_after < shown {
+                expiry.set(cert.not_after);
+            }
+            drop(expiry);
             self.metrics
                 .cert_info
                 .get_or_create(&CertInfoLabels {

@@ -278,6 +278,7 @@ fn tls_snapshot(bindings: &[(&str, &str)], certs: &[(&str, Arc<CertificatePem>)]
                 host: (*host).into(),
                 secret: ObjectRef::new("Secret", "ns", *secret),
                 source: ObjectRef::new("Ingress", "ns", "ing"),
+                also: None,
             })
             .collect(),
         certificates: certs
@@ -376,4 +377,84 @@ fn the_upstream_keepalive_timeout_follows_the_snapshot() {
     );
     dp.apply(with(None));
     assert_eq!(dp.settings.upstream.idle_timeout(), flag);
+}
+
+fn rsa_pem_for(host: &str) -> Arc<CertificatePem> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap();
+    let cert = rcgen::CertificateParams::new(vec![host.to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    Arc::new(CertificatePem {
+        cert_pem: cert.pem().into_bytes(),
+        key_pem: key.serialize_pem().into_bytes(),
+    })
+}
+
+#[test]
+fn a_host_with_rsa_and_ecdsa_serves_ecdsa_to_clients_that_can_verify_it() {
+    use rustls::{CipherSuite as C, SignatureScheme as S};
+    let d = pem_for("default.invalid");
+    let mut tls = TlsState::new(load_pem(&d.cert_pem, &d.key_pem).unwrap());
+    let (rsa, ecdsa, ecdsa2) = (
+        rsa_pem_for("a.example"),
+        pem_for("a.example"),
+        pem_for("b.example"),
+    );
+    let binding = |host: &str, secret: &str, also: &str| TlsBinding {
+        host: host.into(),
+        secret: ObjectRef::new("Secret", "ns", secret),
+        source: ObjectRef::new("Ingress", "ns", "ing"),
+        also: Some(ObjectRef::new("Secret", "ns", also)),
+    };
+    // The ECDSA Secret named first (a.example), or two ECDSA ones (b.example).
+    let snap = Snapshot::new(SnapshotParts {
+        tls: vec![
+            binding("a.example", "ecdsa", "rsa"),
+            binding("b.example", "ecdsa2", "ecdsa-too"),
+        ],
+        certificates: [
+            ("rsa", Arc::clone(&rsa)),
+            ("ecdsa", Arc::clone(&ecdsa)),
+            ("ecdsa2", Arc::clone(&ecdsa2)),
+            ("ecdsa-too", pem_for("b.example")),
+        ]
+        .into_iter()
+        .map(|(s, p)| (ObjectRef::new("Secret", "ns", s), p))
+        .collect(),
+        ..SnapshotParts::default()
+    });
+    let (store, problems) = tls.build(&snap, None);
+    // Two ECDSA certificates for b.example: the first serves, the second is reported.
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].secret.name, "ecdsa-too");
+    assert!(store.lookup(Some("b.example")).ecdsa.is_none());
+
+    let a = store.lookup(Some("a.example"));
+    assert!(!a.is_ecdsa(), "the entry is the RSA certificate");
+    let tls13 = [
+        C::TLS13_AES_128_GCM_SHA256,
+        C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ];
+    let ecdsa_key = &a.ecdsa.as_ref().unwrap().key;
+    // A browser: ECDSA and RSA schemes.
+    let both = [
+        S::ECDSA_NISTP256_SHA256,
+        S::RSA_PSS_SHA256,
+        S::RSA_PKCS1_SHA256,
+    ];
+    assert!(Arc::ptr_eq(a.for_client(&both, &tls13), ecdsa_key));
+    // A client that verifies RSA only.
+    let rsa_only = [S::RSA_PSS_SHA256, S::RSA_PKCS1_SHA256];
+    assert!(Arc::ptr_eq(a.for_client(&rsa_only, &tls13), &a.key));
+    // ECDSA schemes, but TLS 1.2 with RSA suites only: RSA.
+    let rsa_suites = [C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
+    assert!(Arc::ptr_eq(a.for_client(&both, &rsa_suites), &a.key));
+    // An ECDSA scheme of another curve than the key's: RSA.
+    assert!(Arc::ptr_eq(
+        a.for_client(&[S::ECDSA_NISTP384_SHA384, S::RSA_PSS_SHA256], &tls13),
+        &a.key
+    ));
+    // Both show in the metrics' host list.
+    assert_eq!(store.hosts().filter(|(h, _)| h == "a.example").count(), 2);
 }
