@@ -157,6 +157,9 @@ struct ScenarioArgs {
     /// 20, slow reader at most 100).
     #[arg(long)]
     attack_connections: Option<usize>,
+    /// The certificate's key type every peer serves (tps: what each full handshake signs with).
+    #[arg(long, value_enum, default_value_t = certs::KeyKind::Rsa2048)]
+    key: certs::KeyKind,
     /// Output directory (default bench-out/<scenario>-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -685,13 +688,17 @@ async fn run_scenario(
         .kube_apiserver
         .clone()
         .unwrap_or_else(|| sluice_api::default_apiserver(&sluice_bin));
-    let cert = certs::rsa2048(&["bench.local", "*.bench.local", "localhost", "127.0.0.1"])?;
+    let cert = certs::generate(
+        a.key,
+        &["bench.local", "*.bench.local", "localhost", "127.0.0.1"],
+    )?;
     let (started, stamp) = scenario::utc_now();
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("bench-out/{}-{stamp}", job.name())));
     let common = Common {
+        key: a.key,
         quick: a.quick,
         peers,
         proto: a.proto,

@@ -47,7 +47,7 @@ pub(super) fn unavailable() -> Option<String> {
 fn config(dir: &Path, c: &Conf, servers: &[Option<SocketAddr>]) -> String {
     let d = dir.display();
     let mut s = format!(
-        "global\n  nbthread {w}\n  maxconn 8000\n  stats socket {d}/admin.sock mode 600 level admin expose-fd listeners\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn 8000\n\nfrontend fe\n  bind 127.0.0.1:{p}",
+        "global\n  nbthread {w}\n  maxconn 8000\n  stats socket {d}/admin.sock mode 600 level admin expose-fd listeners\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn 8000\n\nfrontend fe\n  bind 127.0.0.1:{p}",
         w = c.workers,
         r = TRIES - 1,
         p = c.port

@@ -161,7 +161,7 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
     if c.tls {
         let _ = write!(
             s,
-            "    ssl_certificate {d}/cert.pem;\n    ssl_certificate_key {d}/key.pem;\n    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256;\n    ssl_session_cache shared:SSL:10m;\n"
+            "    ssl_certificate {d}/cert.pem;\n    ssl_certificate_key {d}/key.pem;\n    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256;\n    ssl_session_cache shared:SSL:10m;\n"
         );
     }
     s.push_str("    location / {\n      proxy_pass http://backend;\n    }\n  }\n}\n");

@@ -143,7 +143,8 @@ fn dynamic_config(dir: &Path, (tls, http2): (bool, bool), eps: Option<&[SocketAd
         let _ = write!(
             s,
             "  options:\n    default:\n      minVersion: VersionTLS12\n      cipherSuites:\n        \
-             - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n        - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n      \
+             - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n        - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n        \
+             - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n        - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n      \
              alpnProtocols: {alpn}\n"
         );
     }
@@ -183,7 +184,7 @@ pub fn settings(workers: usize, http2: bool) -> BTreeMap<String, String> {
     );
     s.insert(
         "tls".into(),
-        "TLS 1.2+ (suites ECDHE-RSA-AES256-GCM-SHA384, ECDHE-RSA-AES128-GCM-SHA256), certificate from file".into(),
+        "TLS 1.2+ (suites ECDHE-RSA-AES256-GCM-SHA384, ECDHE-RSA-AES128-GCM-SHA256 and their ECDHE-ECDSA twins), certificate from file".into(),
     );
     s.insert("access log".into(), "off (default)".into());
     s

@@ -53,6 +53,24 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
             ("https".into(), Proto::Https, TlsVersion::Any),
         ],
     };
+    // The ceiling a full handshake's one signature sets, on the proxy's core: before and after
+    // the peers, the higher of the two kept (the machine is shared).
+    let proxy_cpu = c
+        .env
+        .cpus
+        .as_deref()
+        .and_then(crate::sys::parse_cpus)
+        .and_then(|v| v.first().copied());
+    let sign_for = secs(if q { 1.0 } else { 3.0 });
+    let sign =
+        |rates: &mut Vec<f64>| match crate::certs::sign_rate(&c.env.cert, proxy_cpu, sign_for) {
+            Ok(r) => rates.push(r),
+            Err(e) => tracing::warn!(error = %e, "signature rate not measured"),
+        };
+    let mut sign_rates = Vec::new();
+    if which == Capacity::Tps {
+        sign(&mut sign_rates);
+    }
     let mut peers = Vec::new();
     let mut runs = Vec::new();
     let rounds_n = c.rounds.max(1);
@@ -121,6 +139,9 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
             }
         }
     }
+    if which == Capacity::Tps {
+        sign(&mut sign_rates);
+    }
     let summary = if rounds_n > 1 {
         c.peers
             .first()
@@ -151,14 +172,60 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
     }
     settings.insert(
         "certificate".into(),
-        "RSA-2048 self-signed; TLS 1.2 suite ECDHE-RSA-AES256-GCM-SHA384".into(),
+        format!(
+            "{} self-signed; TLS 1.2 suite {}",
+            c.key.label(),
+            match c.key {
+                crate::certs::KeyKind::Rsa2048 => "ECDHE-RSA-AES256-GCM-SHA384",
+                crate::certs::KeyKind::EcdsaP256 => "ECDHE-ECDSA-AES256-GCM-SHA384",
+            }
+        ),
     );
+    if which == Capacity::Tps {
+        settings.insert(
+            "client checks".into(),
+            "none: the generator checks neither the certificate nor the handshake signatures, so that its one core can keep a proxy core busy; the proxy's work (key exchange, its signature) is unchanged".into(),
+        );
+    }
+    if let Some(ceiling) = sign_rates.iter().copied().reduce(f64::max) {
+        settings.insert(
+            "signature ceiling".into(),
+            format!(
+                "{ceiling:.0} {} signatures/s on one thread of the proxy's core (aws-lc-rs, as sluice; the higher of a measurement before and after the peers): a full handshake costs the server one",
+                c.key.label()
+            ),
+        );
+        let mut by_variant: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for r in runs.iter().filter(|r| r.peer == PeerKind::Sluice.name()) {
+            by_variant.entry(&r.variant).or_default().push(r.rps);
+        }
+        let ratios: Vec<String> = by_variant
+            .into_iter()
+            .map(|(v, mut rates)| {
+                rates.sort_by(f64::total_cmp);
+                format!("{v} {:.2}", rates[rates.len() / 2] / ceiling)
+            })
+            .collect();
+        if !ratios.is_empty() {
+            settings.insert(
+                "sluice ÷ signature ceiling".into(),
+                format!(
+                    "{} (median handshakes/s over the ceiling)",
+                    ratios.join(", ")
+                ),
+            );
+        }
+    }
     let what = format!(
         "{}: closed-loop maximum {} on loopback on one machine, the proxy pinned to {} core(s) and the load generator with the backends on the others. A number is the proxy's capacity only where its CPU column is near 100%; otherwise the load generator or backends were the limit.{}",
         which.name(),
         match which {
             Capacity::Rps => "requests per second (1 KB)",
-            Capacity::Tps => "full TLS handshakes per second (RSA-2048, 0 KB)",
+            Capacity::Tps => match c.key {
+                crate::certs::KeyKind::Rsa2048 => "full TLS handshakes per second (RSA-2048, 0 KB)",
+                crate::certs::KeyKind::EcdsaP256 =>
+                    "full TLS handshakes per second (ECDSA P-256, 0 KB)",
+            },
             Capacity::Throughput => "throughput (1 MB responses)",
         },
         c.proxy_cores,

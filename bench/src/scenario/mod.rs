@@ -224,6 +224,12 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     spec.addrs = vec![peer.target];
     spec.host = HOST.into();
     spec.tls = peer.tls(setup.tls.0, setup.tls.1);
+    if !setup.tls.1
+        && let Some(t) = spec.tls.as_mut()
+    {
+        // Every request a full handshake (tps): the generator's own checks would be its limit.
+        t.verify = crate::load::conn::Verify::Unchecked;
+    }
     let live = Arc::new(Live::default());
     let (tx, rx) = oneshot::channel();
     let hooks = Hooks {
@@ -398,6 +404,8 @@ async fn attack_process(
 /// Options shared by the scenarios (from the command line).
 #[derive(Debug, Clone)]
 pub struct Common {
+    /// The certificate's key type (`--key`).
+    pub key: crate::certs::KeyKind,
     /// Quick mode.
     pub quick: bool,
     /// Peers to run, in order.
