@@ -71,7 +71,7 @@ struct ScenarioArgs {
     peers: Vec<String>,
     /// Client protocol (churn/static default https; rps/throughput default both).
     #[arg(long, value_enum)]
-    proto: Option<Proto>,
+    proto: Option<ProtoArg>,
     /// Requests per second (open loop; churn/static).
     #[arg(long)]
     rate: Option<f64>,
@@ -198,6 +198,26 @@ impl Job {
         match self {
             Job::Scenario(s) => s.default_peers(),
             Job::Seed(s) => s.peers.to_vec(),
+        }
+    }
+}
+
+/// The client protocol of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProtoArg {
+    /// HTTP/1.1 over TCP.
+    Http,
+    /// HTTP/1.1 over TLS.
+    Https,
+    /// HTTP/2 over TLS (ALPN h2), many streams per connection, with h2load (rps only).
+    H2,
+}
+
+impl ProtoArg {
+    fn peer(self) -> Proto {
+        match self {
+            ProtoArg::Http => Proto::Http,
+            ProtoArg::Https | ProtoArg::H2 => Proto::Https,
         }
     }
 }
@@ -701,7 +721,8 @@ async fn run_scenario(
         key: a.key,
         quick: a.quick,
         peers,
-        proto: a.proto,
+        proto: a.proto.map(ProtoArg::peer),
+        h2: a.proto == Some(ProtoArg::H2),
         rate: a.rate,
         connections: a.connections,
         duration: a.duration.map(Duration::from_secs_f64),

@@ -7,6 +7,7 @@
 
 pub mod attack;
 pub mod conn;
+pub mod h2load;
 pub mod http1;
 pub mod record;
 mod worker;

@@ -43,6 +43,7 @@ pub async fn run(c: &Common) -> Report {
             churn: None,
             proxy_cores: c.proxy_cores,
             wrk_threads: None,
+            h2load: None,
             attack: Some((
                 *attack,
                 attack.connections(attackers),

@@ -10,6 +10,9 @@ use crate::peers::{PeerKind, Proto};
 use crate::report::Report;
 use crate::report::rounds::{self, RoundRun};
 
+/// Concurrent streams per HTTP/2 connection (`--proto h2`): what h2load keeps open on each.
+const H2_STREAMS: usize = 10;
+
 /// Which capacity scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capacity {
@@ -40,6 +43,13 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         Capacity::Tps => (0, if q { 50 } else { 200 }, false),
         Capacity::Throughput => (1 << 20, if q { 20 } else { 100 }, true),
     };
+    // HTTP/2 from the client: h2load, fewer connections each with many streams.
+    let h2 = c.h2 && which != Capacity::Tps;
+    let conns_default = if h2 {
+        if q { 50 } else { 100 }
+    } else {
+        conns_default
+    };
     let connections = c.connections.unwrap_or(conns_default);
     // (variant label, client protocol, TLS version)
     let variants: Vec<(String, Proto, TlsVersion)> = match (which, c.proto) {
@@ -47,6 +57,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
             ("tls1.2".into(), Proto::Https, TlsVersion::V12),
             ("tls1.3".into(), Proto::Https, TlsVersion::V13),
         ],
+        (_, Some(p)) if h2 => vec![("h2".into(), p, TlsVersion::Any)],
         (_, Some(p)) => vec![(format!("{p:?}").to_lowercase(), p, TlsVersion::Any)],
         (_, None) => vec![
             ("http".into(), Proto::Http, TlsVersion::Any),
@@ -78,6 +89,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         for (label, proto, tls) in &variants {
             let mut env = c.env.clone();
             env.proto = *proto;
+            env.http2 |= h2;
             let shown = if rounds_n > 1 {
                 format!("{label} #{}", round + 1)
             } else {
@@ -93,6 +105,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
                 proxy_cores: c.proxy_cores,
                 // wrk keeps its connections open: not for the handshake scenario.
                 wrk_threads: c.wrk_threads.filter(|_| keep_alive),
+                h2load: h2.then_some((c.load_threads, H2_STREAMS)),
                 attack: None,
             };
             // Odd rounds run the peers in reverse, so neither goes first every time.
@@ -159,9 +172,13 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
     settings.insert("proxy cores".into(), c.proxy_cores.to_string());
     settings.insert(
         "load generator".into(),
-        match c.wrk_threads.filter(|_| keep_alive) {
-            Some(t) => format!("wrk -t{t} (--generator wrk)"),
-            None => "sluice-bench's own".into(),
+        match (h2, c.wrk_threads.filter(|_| keep_alive)) {
+            (true, _) => format!(
+                "h2load -t{} -m{H2_STREAMS} (--proto h2: TLS with ALPN h2, {H2_STREAMS} concurrent streams per connection; no latency percentiles)",
+                c.load_threads
+            ),
+            (false, Some(t)) => format!("wrk -t{t} (--generator wrk)"),
+            (false, None) => "sluice-bench's own".into(),
         },
     );
     if rounds_n > 1 {

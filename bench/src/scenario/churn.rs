@@ -273,6 +273,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         tls: (c.tls_version.unwrap_or(TlsVersion::Any), true),
         churn: with_churn.then_some(plan.clone()),
         wrk_threads: None,
+        h2load: None,
         attack: None,
         proxy_cores: c.proxy_cores,
     };

@@ -196,6 +196,8 @@ pub struct RunSetup {
     pub proxy_cores: usize,
     /// wrk with this many threads as the load generator instead of ours.
     pub wrk_threads: Option<usize>,
+    /// h2load with `(threads, streams per connection)` as the load generator (HTTP/2).
+    pub h2load: Option<(usize, usize)>,
     /// An attack run beside the load (abuse scenario): which, how many connections, and
     /// how long after the load starts.
     pub attack: Option<(Attack, usize, Duration)>,
@@ -276,9 +278,12 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         (usage, driven, attacked)
     };
     let generate = async {
-        match setup.wrk_threads {
-            Some(threads) => load::wrk::run(&spec, threads, hooks).await,
-            None => load::run(&spec, hooks).await,
+        match (setup.h2load, setup.wrk_threads) {
+            (Some((threads, streams)), _) => {
+                load::h2load::run(&spec, threads, streams, hooks).await
+            }
+            (None, Some(threads)) => load::wrk::run(&spec, threads, hooks).await,
+            (None, None) => load::run(&spec, hooks).await,
         }
     };
     let (res, (usage, driven, attacked)) = tokio::join!(generate, driver);
@@ -412,6 +417,8 @@ pub struct Common {
     pub peers: Vec<PeerKind>,
     /// Client protocol (scenario default if `None`).
     pub proto: Option<crate::peers::Proto>,
+    /// HTTP/2 from the client (`--proto h2`: TLS with ALPN h2, h2load; rps only).
+    pub h2: bool,
     /// Requests per second (open loop).
     pub rate: Option<f64>,
     /// Connections.

@@ -519,7 +519,9 @@ where
         async move {
             let http1 = req.version() <= http::Version::HTTP_11;
             let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-            let mut resp = handle(dp, info, req.map(Some)).await;
+            // Boxed: hyper spawns an HTTP/2 stream's future as a task of its own, and a small
+            // future is cheaper to move into it than the whole handler's state.
+            let mut resp = Box::pin(handle(dp, info, req.map(Some))).await;
             if http1 && max_requests.is_some_and(|max| n >= max as usize) {
                 resp.headers_mut().insert(
                     http::header::CONNECTION,
