@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -184,7 +185,7 @@ pub fn ingresses_from_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, In
         let parsed = yaml::parse(&path, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
         for o in parsed.objects {
             if let Object::Ingress(i) = o {
-                out.push((path.display().to_string(), i));
+                out.push((path.display().to_string(), Arc::unwrap_or_clone(i)));
             }
         }
     }

@@ -257,10 +257,7 @@ pub(super) fn skips_global_auth(
 /// `ssl-client-*` fields. An Ingress on the host whose own rules differ is told they were
 /// ignored.
 pub(super) fn client_cert_per_host(
-    hosts: &mut std::collections::BTreeMap<
-        crate::model::HostMatch,
-        std::collections::BTreeMap<crate::model::PathMatch, crate::model::Route>,
-    >,
+    hosts: &mut std::collections::BTreeMap<crate::model::HostMatch, super::HostRoutes>,
     host_certs: &std::collections::BTreeMap<crate::model::HostMatch, (ObjectRef, ClientCertAuth)>,
     p: &mut Problems,
 ) {

@@ -28,7 +28,7 @@ pub(super) struct PendingCanary {
 /// is ignored, and a main route takes one canary (the oldest Ingress's; the others are
 /// reported).
 pub(super) fn attach(
-    hosts: &mut BTreeMap<HostMatch, BTreeMap<PathMatch, Route>>,
+    hosts: &mut BTreeMap<HostMatch, super::HostRoutes>,
     pending: Vec<PendingCanary>,
     p: &mut Problems,
 ) {
@@ -76,11 +76,11 @@ pub(super) fn attach(
 /// same expression keep the first in path order (Exact before Prefix), the other is reported.
 pub(super) fn regex_routes(
     host: &HostMatch,
-    routes: BTreeMap<PathMatch, Route>,
+    routes: super::HostRoutes,
     raw: &BTreeMap<(HostMatch, PathMatch), (String, String)>,
     p: &mut Problems,
-) -> BTreeMap<PathMatch, Route> {
-    let mut out: BTreeMap<PathMatch, Route> = BTreeMap::new();
+) -> super::HostRoutes {
+    let mut out = super::HostRoutes::new();
     for (key, mut route) in routes {
         let Some((written, field)) = raw.get(&(host.clone(), key)) else {
             continue;
@@ -128,7 +128,7 @@ pub(super) fn www_twin(host: &str) -> String {
 /// Adds a redirecting virtual host for each `(twin, target, source)` that no Ingress defines
 /// (ingress-nginx omits the redirect when one does).
 pub(super) fn www_redirects(
-    hosts: &mut BTreeMap<HostMatch, BTreeMap<PathMatch, Route>>,
+    hosts: &mut BTreeMap<HostMatch, super::HostRoutes>,
     twins: Vec<(String, String, ObjectRef, crate::model::RouteOptions)>,
 ) {
     for (twin, target, source, options) in twins {
@@ -150,14 +150,14 @@ pub(super) fn www_redirects(
             canary: None,
             fallback: None,
         };
-        hosts.insert(host, BTreeMap::from([(path, route)]));
+        hosts.insert(host, BTreeMap::from([(path, Box::new(route))]));
     }
 }
 
 /// `server-alias`: each alias serves a copy of its host's routes, unless an Ingress defines
 /// the alias as a host (ingress-nginx ignores such an alias). The first alias of a name wins.
 pub(super) fn aliases(
-    hosts: &mut BTreeMap<HostMatch, BTreeMap<PathMatch, Route>>,
+    hosts: &mut BTreeMap<HostMatch, super::HostRoutes>,
     alias_of: Vec<(String, String)>,
 ) {
     let defined: std::collections::BTreeSet<HostMatch> = hosts.keys().cloned().collect();

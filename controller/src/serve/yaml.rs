@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -17,22 +18,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_config::World;
 
-/// One object sluice reads. (Variants differ in size; a list of them is short-lived.)
+/// One object sluice reads, shared: a file's cache and every world built from it hold the
+/// same object.
 #[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)]
 pub enum Object {
     /// networking.k8s.io/v1 Ingress.
-    Ingress(Ingress),
+    Ingress(Arc<Ingress>),
     /// networking.k8s.io/v1 IngressClass.
-    IngressClass(IngressClass),
+    IngressClass(Arc<IngressClass>),
     /// v1 Service.
-    Service(Service),
+    Service(Arc<Service>),
     /// discovery.k8s.io/v1 EndpointSlice.
-    EndpointSlice(EndpointSlice),
+    EndpointSlice(Arc<EndpointSlice>),
     /// v1 Secret.
-    Secret(Secret),
+    Secret(Arc<Secret>),
     /// v1 ConfigMap (the controller ConfigMap, `--configmap`).
-    ConfigMap(ConfigMap),
+    ConfigMap(Arc<ConfigMap>),
 }
 
 /// A document that could not be used.
@@ -116,17 +117,6 @@ fn typed<T: DeserializeOwned + Serialize>(v: Value) -> Result<(T, Vec<String>), 
     Ok((t, unknown))
 }
 
-fn meta_mut(o: &mut Object) -> &mut ObjectMeta {
-    match o {
-        Object::Ingress(x) => &mut x.metadata,
-        Object::IngressClass(x) => &mut x.metadata,
-        Object::Service(x) => &mut x.metadata,
-        Object::EndpointSlice(x) => &mut x.metadata,
-        Object::Secret(x) => &mut x.metadata,
-        Object::ConfigMap(x) => &mut x.metadata,
-    }
-}
-
 /// Converts one document (a `List` into its items); nothing for kinds sluice does not read.
 fn object(v: Value) -> Result<Converted, (String, String)> {
     let kind = v
@@ -139,7 +129,7 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let o = match (api.as_str(), kind.as_str()) {
+    match (api.as_str(), kind.as_str()) {
         (_, "List")
         | (_, "IngressList")
         | (_, "ServiceList")
@@ -157,36 +147,45 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
                 out.extend(objects);
                 unknown.extend(fields.into_iter().map(|f| format!("items[{i}].{f}")));
             }
-            return Ok((out, unknown));
+            Ok((out, unknown))
         }
-        ("networking.k8s.io/v1", "Ingress") => wrap(typed(v)?, Object::Ingress),
-        ("networking.k8s.io/v1", "IngressClass") => wrap(typed(v)?, Object::IngressClass),
-        ("v1", "Service") => wrap(typed(v)?, Object::Service),
-        ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, Object::EndpointSlice),
-        ("v1", "Secret") => wrap(typed(v)?, Object::Secret),
-        ("v1", "ConfigMap") => wrap(typed(v)?, Object::ConfigMap),
+        ("networking.k8s.io/v1", "Ingress") => wrap(typed(v)?, true, Object::Ingress),
+        ("networking.k8s.io/v1", "IngressClass") => wrap(typed(v)?, false, Object::IngressClass),
+        ("v1", "Service") => wrap(typed(v)?, true, Object::Service),
+        ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, true, Object::EndpointSlice),
+        ("v1", "Secret") => wrap(typed(v)?, true, Object::Secret),
+        ("v1", "ConfigMap") => wrap(typed(v)?, true, Object::ConfigMap),
         (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret" | "ConfigMap") => {
-            return Err((
+            Err((
                 "apiVersion".into(),
                 format!(
                     "{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret)"
                 ),
-            ));
+            ))
         }
-        ("", _) | (_, "") => {
-            return Err((
-                "-".into(),
-                "not a Kubernetes object (apiVersion and kind are required)".into(),
-            ));
-        }
+        ("", _) | (_, "") => Err((
+            "-".into(),
+            "not a Kubernetes object (apiVersion and kind are required)".into(),
+        )),
         _ => {
             tracing::debug!(%api, %kind, "skipping a kind sluice does not read");
-            return Ok((Vec::new(), Vec::new()));
+            Ok((Vec::new(), Vec::new()))
         }
-    };
-    let (mut o, unknown) = o;
-    let namespaced = !matches!(o, Object::IngressClass(_));
-    let meta = meta_mut(&mut o);
+    }
+}
+
+/// Checks and completes an object's metadata (a name is required; a namespaced object without
+/// a namespace is in `default`), then shares it: the file's cache and every world built from
+/// it hold the same object, never a copy.
+fn wrap<T>(
+    (mut t, unknown): (T, Vec<String>),
+    namespaced: bool,
+    f: fn(Arc<T>) -> Object,
+) -> Result<Converted, (String, String)>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    let meta = t.metadata_mut();
     if meta.name.as_deref().is_none_or(str::is_empty) {
         return Err(("metadata.name".into(), "is required".into()));
     }
@@ -194,11 +193,7 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         meta.namespace = Some("default".into());
     }
     meta.managed_fields = None;
-    Ok((vec![o], unknown))
-}
-
-fn wrap<T>((t, unknown): (T, Vec<String>), f: fn(T) -> Object) -> (Object, Vec<String>) {
-    (f(t), unknown)
+    Ok((vec![f(Arc::new(t))], unknown))
 }
 
 impl Object {
