@@ -292,7 +292,8 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
                             proxy_protocol::Header::Local => remote,
                         };
                         let io = Prefixed::new(rest, stream);
-                        serve_accepted(io, (client, local, slot), &ctx, watcher).await;
+                        // Boxed: a second stream type must not double every task's size.
+                        Box::pin(serve_accepted(io, (client, local, slot), &ctx, watcher)).await;
                     }
                     Err(e) => tracing::debug!(peer = %remote, error = %e, "connection closed"),
                 }
@@ -323,10 +324,25 @@ async fn serve_accepted<S>(
         )
         .with_slot(slot),
     );
-    let Some(base) = &ctx.tls else {
-        serve_conn(stream, info, ctx, watcher, ctx.fast_path).await;
-        return;
-    };
+    match &ctx.tls {
+        None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
+        // Boxed: the handshake's state would otherwise make every plain connection's task as
+        // large as a TLS one's.
+        Some(base) => Box::pin(serve_tls(stream, info, ctx, watcher, base)).await,
+    }
+}
+
+/// [`serve_accepted`] on a TLS listener: the ClientHello read first where needed, SSL
+/// passthrough, then sluice's own TLS.
+async fn serve_tls<S>(
+    stream: S,
+    info: Arc<ConnInfo>,
+    ctx: &ConnCtx,
+    watcher: Watcher,
+    base: &TlsAcceptor,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let accepted = std::time::Instant::now();
     // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
     let policy = &ctx.fresh.server_tls;
@@ -510,6 +526,24 @@ where
     } else {
         (io, Bytes::new(), 0)
     };
+    // Boxed: hyper's connection state (HTTP/1 and HTTP/2) would otherwise be part of every
+    // idle fast-path connection's task.
+    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher)).await;
+}
+
+/// A connection (or the rest of one, after the fast path handed it over with the bytes it had
+/// read) served by hyper.
+async fn serve_hyper<I>(
+    io: SendDeadline<I>,
+    prefix: Bytes,
+    served: u32,
+    info: Arc<ConnInfo>,
+    ctx: &ConnCtx,
+    watcher: Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
     let dp = Arc::clone(&ctx.dp);
     // Requests counted on from the fast path's: the last one allowed says `Connection: close`
     // (HTTP/1; hyper then closes the connection after it).
