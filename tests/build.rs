@@ -8,6 +8,8 @@
 //! | `no_helm` | `$HELM`, else `helm` on `PATH` or in `~/go/bin`, does not run | chart renders |
 //! | `no_prometheus_parser` | neither `python3` nor `/usr/bin/python3` imports `prometheus_client.openmetrics.parser` (Debian: `python3-prometheus-client`) | `/metrics` parse |
 //! | `no_chromium` | none of `chromium`, `chromium-browser`, `google-chrome` on `PATH` runs `--version` | the benchmark report page loaded in a browser |
+//! | `no_curl` | `curl --version` does not run | digest authentication with curl as the client |
+//! | `no_htpasswd` | `htpasswd` (Debian: apache2-utils) is not on `PATH` | Basic authentication against entries it wrote |
 //! | `no_real_apiserver` | not root, no `unshare`/`ip`, or `target/kube-apiserver/kube-apiserver` not built (`tests/kube-apiserver/build.sh`) | the controller suite against a real kube-apiserver |
 //!
 //! The script runs again when `PATH`, `KUBECTL`, `HELM` or a `PATH` directory changes (a tool was
@@ -40,6 +42,8 @@ fn main() {
         "no_prometheus_parser",
         "no_real_apiserver",
         "no_chromium",
+        "no_curl",
+        "no_htpasswd",
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
@@ -81,6 +85,13 @@ fn main() {
         None => println!("cargo::rustc-cfg=no_prometheus_parser"),
     }
 
+    if !runs("curl", &["--version"]) {
+        println!("cargo::rustc-cfg=no_curl");
+    }
+    // `htpasswd` has no --version; with -nb it prints an entry and exits 0.
+    if !runs("htpasswd", &["-nbB", "probe", "probe"]) {
+        println!("cargo::rustc-cfg=no_htpasswd");
+    }
     if !["chromium", "chromium-browser", "google-chrome"]
         .iter()
         .any(|b| runs(b, &["--version"]))

@@ -579,18 +579,13 @@ async fn satisfy_any_or_all_combines_source_ranges_and_credentials() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn digest_with_curl_and_files_written_by_htpasswd() {
-    let Setup { s, m, _app: _a, .. } = setup().await;
+#[cfg_attr(
+    no_curl,
+    ignore = "curl is not installed; digest is checked by unit tests only"
+)]
+async fn digest_with_curl_as_the_client() {
+    let Setup { s, _app: _a, .. } = setup().await;
     let http = s.running.http_addr.unwrap();
-    // Digest, with curl as the client (its own RFC 7616 code, not the test's).
-    match curl(http, "digest.test", &["--digest", "-u", "alice:s3cret"]) {
-        None => eprintln!("skipped: curl is not installed; digest checked by unit tests only"),
-        Some(code) => {
-            assert_eq!(code, 200, "curl --digest with the right password");
-            let wrong = curl(http, "digest.test", &["--digest", "-u", "alice:nope"]);
-            assert_eq!(wrong, Some(401));
-        }
-    }
     let r = send(http, "digest.test", "/", &[]).await;
     assert_eq!(r.status, 401);
     let challenge = r.headers["www-authenticate"].to_str().unwrap();
@@ -598,16 +593,24 @@ async fn digest_with_curl_and_files_written_by_htpasswd() {
         challenge.starts_with("Digest realm=\"staff\", qop=\"auth\""),
         "{challenge}"
     );
-    // Basic against entries the Apache tool wrote: bcrypt, MD5 (apr1), SHA-1, crypt.
+    // curl's own RFC 7616 code, not the test's.
+    let right = curl(http, "digest.test", &["--digest", "-u", "alice:s3cret"]);
+    assert_eq!(right, Some(200), "curl --digest with the right password");
+    let wrong = curl(http, "digest.test", &["--digest", "-u", "alice:nope"]);
+    assert_eq!(wrong, Some(401));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_htpasswd, ignore = "htpasswd (apache2-utils) is not installed")]
+async fn basic_against_entries_htpasswd_wrote() {
+    let Setup { s, m, _app: _a, .. } = setup().await;
+    let http = s.running.http_addr.unwrap();
+    // bcrypt, MD5 (apr1), SHA-1, crypt: what the Apache tool writes.
     let flags = ["-B", "-m", "-s", "-d"];
-    let lines: Option<Vec<String>> = flags
+    let lines: Vec<String> = flags
         .iter()
-        .map(|f| htpasswd(f, &format!("user{}", &f[1..]), "tool-pass"))
+        .map(|f| htpasswd(f, &format!("user{}", &f[1..]), "tool-pass").expect("htpasswd runs"))
         .collect();
-    let Some(lines) = lines else {
-        eprintln!("skipped: htpasswd (apache2-utils) is not installed");
-        return;
-    };
     m.write(
         "secrets.yaml",
         &opaque_secret("users", &[("auth", &lines.join("\n"))]),
