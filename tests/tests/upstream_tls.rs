@@ -255,3 +255,113 @@ async fn pods_are_reached_over_tls_as_proxy_ssl_asks() {
         "{problems}"
     );
 }
+
+/// A TLS pod that dies mid-response: it answers the head and the first 1,000 of 100,000
+/// promised bytes, then drops the connection (no close_notify, as a killed process).
+async fn dying_tls_pod(cert_pem: &str, key_pem: &str) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let provider = Arc::new(sluice_proxy::crypto::provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            chain,
+            PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nx-backend: dying\r\n\r\n",
+                    )
+                    .await;
+                let _ = tls.write_all(&[b'x'; 1000]).await;
+                let _ = tls.flush().await;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                // Dropped: the TCP connection closes without a TLS close_notify.
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_pod_dying_mid_response_truncates_that_response_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pod_ca = ca("Pod CA");
+    let (pod_cert, pod_key) = issue(&pod_ca, "backend", &["backend.internal"]);
+    let dying = dying_tls_pod(&pod_cert, &pod_key).await;
+    let healthy = tls_pod(&pod_cert, &pod_key, None, false).await;
+    let m = Manifests::new();
+    m.write(
+        "all.yaml",
+        &[
+            ingress_class(),
+            service("dying"),
+            endpoint_slices("dying", &[dying]),
+            service("healthy"),
+            endpoint_slices("healthy", &[healthy]),
+            nginx_ingress("dying", "dying", &[("backend-protocol", "HTTPS")]),
+            nginx_ingress("healthy", "healthy", &[("backend-protocol", "HTTPS")]),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let mut c = tokio::net::TcpStream::connect(http).await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: dying.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut buf = [0u8; 16384];
+        loop {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "sluice closes the client's connection, it does not hang"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:.80}");
+    let body = got.len() - (text.find("\r\n\r\n").unwrap() + 4);
+    assert!(
+        (1000..100_000).contains(&body),
+        "the client sees a short body and a closed connection, never a complete-looking one: {body}"
+    );
+    // Another pool, and a new connection to the same one, are unaffected.
+    let r = get(&client(), http, "healthy.test", "/").await.unwrap();
+    assert_eq!(r.status, 200);
+    let again = get(&client(), http, "dying.test", "/").await;
+    assert!(
+        again.is_err(),
+        "a hyper client sees the truncation as an error too"
+    );
+}
