@@ -359,9 +359,10 @@ async fn a_tls_pod_dying_mid_response_truncates_that_response_only() {
     // Another pool, and a new connection to the same one, are unaffected.
     let r = get(&client(), http, "healthy.test", "/").await.unwrap();
     assert_eq!(r.status, 200);
-    let again = get(&client(), http, "dying.test", "/").await;
-    assert!(
-        again.is_err(),
-        "a hyper client sees the truncation as an error too"
-    );
+    // The next request to the dying pod: truncated again (a hyper client sees an error), or
+    // refused by sluice if it set the pod aside; never a complete-looking answer.
+    match get(&client(), http, "dying.test", "/").await {
+        Err(_) => {}
+        Ok(r) => assert!(r.status.is_server_error(), "{}", r.status),
+    }
 }
