@@ -2,7 +2,7 @@
 //! `sluice serve` over real sockets: `use-regex`, `proxy-next-upstream(-tries)` against a pod
 //! that is gone, the timeouts sluice checks but bounds its own way, bodies streamed both ways
 //! whatever `proxy-buffering`/`proxy-request-buffering` say, the session cookie's attributes
-//! and `affinity-mode`, and `service-upstream`.
+//! and `affinity-mode`, `service-upstream`, and `server-snippet` refused (never executed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -412,4 +412,39 @@ async fn service_upstream_sends_to_the_cluster_ip() {
         })
         .await
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_snippet_is_refused_with_a_warning_and_the_routes_serve() {
+    let a = backend("pod-a").await;
+    let m = Manifests::new();
+    m.write(
+        "all.yaml",
+        &[
+            ingress_class(),
+            service_and_slices("web", &[a.addr]),
+            nginx_ingress(
+                "snip",
+                "web",
+                &[(
+                    "server-snippet",
+                    "location /evil { return 200 \"owned\"; }\nadd_header X-Evil 1;",
+                )],
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let r = get(&client(), http, "snip.test", "/evil").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.backend(),
+        Some("pod-a"),
+        "the pod answers, not the snippet"
+    );
+    assert!(!r.text().contains("owned"));
+    assert!(r.headers.get("x-evil").is_none());
+    let status = status_text(&s).await;
+    assert!(status.contains("server-snippet refused"), "{status}");
 }
