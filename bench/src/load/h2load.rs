@@ -4,13 +4,9 @@
 //! [`LoadReport`]. h2load reports no latency percentiles (min, max, mean only): p50 and above
 //! are NaN.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use tokio::time::Instant;
-
 use super::record::WrkErrors;
-use super::{Hooks, LoadError, LoadReport, LoadSpec, Mode, Percentiles, Truth};
+use super::wrk::{ToolSummary, run_tool, tool_report};
+use super::{Hooks, LoadError, LoadReport, LoadSpec, Mode};
 
 /// h2load's figures.
 #[derive(Debug, Default, PartialEq)]
@@ -131,63 +127,33 @@ pub async fn run(
         format!("https://{}:{}{}", spec.host, addr.port(), spec.path),
     ])
     .kill_on_drop(true);
-    if let Some(tx) = hooks.started {
-        let _ = tx.send(Instant::now());
-    }
-    let out = tokio::time::timeout(Duration::from_secs(secs + 30), cmd.output())
-        .await
-        .map_err(|_| LoadError::Invalid("h2load did not finish".into()))?
-        .map_err(|e| LoadError::Invalid(format!("h2load: {e}")))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (text, stderr) = run_tool(cmd, secs, "h2load", hooks).await?;
     let h = parse(&text);
     if h.done == 0 {
         return Err(LoadError::Invalid(format!(
             "h2load completed no request: {}{}",
             text.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim()
         )));
     }
     let non2xx = h.classes[1] + h.classes[2] + h.classes[3];
-    let mut status = BTreeMap::new();
-    status.insert(200, h.classes[0]);
-    Ok(LoadReport {
+    Ok(tool_report(ToolSummary {
         mode: format!("closed-loop (h2load, {streams} streams per connection)"),
-        requested_rps: None,
-        achieved_rps: h.rps,
+        rps: h.rps,
         duration_s: h.duration_s,
         connections: spec.connections,
-        keep_alive: true,
         requests: h.done,
         responses: h.succeeded,
-        requests_failed: h.failed + non2xx,
-        idle_closed_by_server: 0,
-        missed: 0,
+        ok_2xx: h.classes[0],
+        failed: h.failed + non2xx,
         errors: WrkErrors {
             status_non2xx: non2xx,
             read: h.failed,
             ..WrkErrors::default()
         },
-        truth: Truth::default(),
-        status,
-        latency_ms: Percentiles {
-            p50: f64::NAN,
-            p90: f64::NAN,
-            p99: f64::NAN,
-            p99_9: f64::NAN,
-            p99_99: f64::NAN,
-            p99_999: f64::NAN,
-            p99_9999: f64::NAN,
-            max: h.max_ms,
-            mean: h.mean_ms,
-        },
-        latency_curve: Vec::new(),
-        bytes_received: h.bytes,
-        rate_kept: true,
-        rate_note: None,
-        generator_lag_p99_ms: 0.0,
-        timeline: Vec::new(),
-        backends_seen: BTreeMap::new(),
-    })
+        latency: [f64::NAN, f64::NAN, f64::NAN, h.max_ms, h.mean_ms],
+        bytes: h.bytes,
+    }))
 }
 
 #[cfg(test)]

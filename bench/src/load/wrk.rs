@@ -152,59 +152,105 @@ pub async fn run(spec: &LoadSpec, threads: usize, hooks: Hooks) -> Result<LoadRe
         format!("{scheme}://{addr}{}", spec.path),
     ])
     .kill_on_drop(true);
-    if let Some(tx) = hooks.started {
-        let _ = tx.send(Instant::now());
-    }
-    let out = tokio::time::timeout(Duration::from_secs(secs + 30), cmd.output())
-        .await
-        .map_err(|_| LoadError::Invalid("wrk did not finish".into()))?
-        .map_err(|e| LoadError::Invalid(format!("wrk: {e}")))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (text, stderr) = run_tool(cmd, secs, "wrk", hooks).await?;
     let w = parse(&text);
     if w.requests == 0 {
         return Err(LoadError::Invalid(format!(
             "wrk completed no request: {}{}",
             text.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim()
         )));
     }
-    let failed = w.error_count();
-    let mut status = BTreeMap::new();
-    status.insert(200, w.requests.saturating_sub(w.errors.status_non2xx));
-    Ok(LoadReport {
+    Ok(tool_report(ToolSummary {
         mode: "closed-loop (wrk)".into(),
-        requested_rps: None,
-        achieved_rps: w.rps,
+        rps: w.rps,
         duration_s: w.duration_s,
         connections: spec.connections,
-        keep_alive: true,
         requests: w.requests,
         responses: w.requests,
-        requests_failed: failed,
+        ok_2xx: w.requests.saturating_sub(w.errors.status_non2xx),
+        failed: w.error_count(),
+        errors: w.errors,
+        latency: [w.p50_ms, w.p90_ms, w.p99_ms, w.max_ms, w.mean_ms],
+        bytes: w.bytes,
+    }))
+}
+
+/// Runs an external load generator to completion (its run is `secs` long; it gets 30 s more
+/// before it counts as hung), telling `hooks` when it starts; returns its stdout and stderr.
+pub(super) async fn run_tool(
+    mut cmd: tokio::process::Command,
+    secs: u64,
+    name: &str,
+    hooks: Hooks,
+) -> Result<(String, String), LoadError> {
+    if let Some(tx) = hooks.started {
+        let _ = tx.send(Instant::now());
+    }
+    let out = tokio::time::timeout(Duration::from_secs(secs + 30), cmd.output())
+        .await
+        .map_err(|_| LoadError::Invalid(format!("{name} did not finish")))?
+        .map_err(|e| LoadError::Invalid(format!("{name}: {e}")))?;
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// What an external generator's summary says, for [`tool_report`].
+pub(super) struct ToolSummary {
+    pub mode: String,
+    pub rps: f64,
+    pub duration_s: f64,
+    pub connections: usize,
+    pub requests: u64,
+    pub responses: u64,
+    pub ok_2xx: u64,
+    pub failed: u64,
+    pub errors: WrkErrors,
+    /// p50, p90, p99, max, mean (ms); NaN where the tool does not say.
+    pub latency: [f64; 5],
+    pub bytes: u64,
+}
+
+/// A closed-loop keep-alive [`LoadReport`] from an external generator's summary: no
+/// per-request truth, timeline or percentiles beyond p99.
+pub(super) fn tool_report(t: ToolSummary) -> LoadReport {
+    let [p50, p90, p99, max, mean] = t.latency;
+    LoadReport {
+        mode: t.mode,
+        requested_rps: None,
+        achieved_rps: t.rps,
+        duration_s: t.duration_s,
+        connections: t.connections,
+        keep_alive: true,
+        requests: t.requests,
+        responses: t.responses,
+        requests_failed: t.failed,
         idle_closed_by_server: 0,
         missed: 0,
-        errors: w.errors,
+        errors: t.errors,
         truth: Truth::default(),
-        status,
+        status: BTreeMap::from([(200, t.ok_2xx)]),
         latency_ms: Percentiles {
-            p50: w.p50_ms,
-            p90: w.p90_ms,
-            p99: w.p99_ms,
+            p50,
+            p90,
+            p99,
             p99_9: f64::NAN,
             p99_99: f64::NAN,
             p99_999: f64::NAN,
             p99_9999: f64::NAN,
-            max: w.max_ms,
-            mean: w.mean_ms,
+            max,
+            mean,
         },
         latency_curve: Vec::new(),
-        bytes_received: w.bytes,
+        bytes_received: t.bytes,
         rate_kept: true,
         rate_note: None,
         generator_lag_p99_ms: 0.0,
         timeline: Vec::new(),
         backends_seen: BTreeMap::new(),
-    })
+    }
 }
 
 #[cfg(test)]
