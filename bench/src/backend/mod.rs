@@ -21,6 +21,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+mod lean;
+
 /// How a backend answers.
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
@@ -153,16 +155,22 @@ impl Backend {
         let (reset, mut reset_rx) = watch::channel(false);
         let count = Arc::clone(&requests);
         let body = Arc::new(Bytes::from(vec![b'x'; cfg.body_size]));
+        // A pod that delays every answer always goes through hyper (the lean path answers at
+        // once).
+        let canned = cfg
+            .delay
+            .is_zero()
+            .then(|| Arc::new(lean::Canned::new(&cfg.name, (*body).clone())));
         let cfg = Arc::new(cfg);
         let task = tokio::spawn(async move {
             let graceful = GracefulShutdown::new();
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).keep_alive(true);
-            let builder = if cfg.http2 {
+            let builder = Arc::new(if cfg.http2 {
                 builder
             } else {
                 builder.http1_only()
-            };
+            });
             // Connection tasks live in this set so that aborting the backend cuts them all.
             let mut conns = tokio::task::JoinSet::new();
             loop {
@@ -175,16 +183,32 @@ impl Backend {
                         // on a reset it sets SO_LINGER 0, so the close sends RST.
                         let Some((stream, dup)) = with_dup(stream) else { continue };
                         let mut reset_conn = reset_rx.clone();
+                        let mut stop_conn = stop_rx.clone();
+                        // Taken now, before any stop: a connection hyper takes over later is
+                        // still told of the stop, and the stop waits for it.
+                        let watcher = graceful.watcher();
                         let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
-                        let svc = service_fn(move |req| {
-                            let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
-                            async move { Ok::<_, Infallible>(answer(cfg, body, count, req).await) }
-                        });
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                        let fut = graceful.watch(conn);
+                        let (canned, builder) = (canned.clone(), Arc::clone(&builder));
                         conns.spawn(async move {
+                            let served = async move {
+                                let mut stream = stream;
+                                let prefix = match canned {
+                                    Some(c) => match lean::serve(&mut stream, &c, &count, &mut stop_conn).await {
+                                        lean::Outcome::Closed => return,
+                                        lean::Outcome::HandOver(b) => b,
+                                    },
+                                    None => Bytes::new(),
+                                };
+                                let svc = service_fn(move |req| {
+                                    let (cfg, body, count) = (Arc::clone(&cfg), Arc::clone(&body), Arc::clone(&count));
+                                    async move { Ok::<_, Infallible>(answer(cfg, body, count, req).await) }
+                                });
+                                let io = TokioIo::new(lean::Rewound::new(prefix, stream));
+                                let conn = builder.serve_connection_with_upgrades(io, svc).into_owned();
+                                let _ = watcher.watch(conn).await;
+                            };
                             tokio::select! {
-                                _ = fut => {}
+                                _ = served => {}
                                 _ = async { let _ = reset_conn.wait_for(|r| *r).await; } => {
                                     let _ = socket2::SockRef::from(&dup).set_linger(Some(Duration::ZERO));
                                 }
@@ -244,6 +268,115 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
+
+    async fn start(delay: Duration) -> Backend {
+        Backend::start(
+            "127.0.0.1:0".parse().unwrap(),
+            BackendConfig {
+                name: "b".into(),
+                body_size: 4,
+                http2: false,
+                delay,
+            },
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Reads one answer with a 4-byte body: its head (the `date` value blanked) and body.
+    async fn answer(s: &mut TcpStream, pending: &mut Vec<u8>) -> (String, String) {
+        loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n")
+                && pending.len() >= end + 8
+            {
+                let rest = pending.split_off(end + 8);
+                let all = std::mem::replace(pending, rest);
+                let head = String::from_utf8_lossy(&all[..end]).to_string();
+                let head = head
+                    .lines()
+                    .map(|l| {
+                        if l.starts_with("date: ") {
+                            "date: D"
+                        } else {
+                            l
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                return (head, String::from_utf8_lossy(&all[end + 4..]).to_string());
+            }
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed early");
+            pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_lean_answer_is_hypers_and_hyper_takes_over_mid_connection() {
+        let b = start(Duration::ZERO).await;
+        let mut s = TcpStream::connect(b.addr).await.unwrap();
+        let mut pending = Vec::new();
+        // Lean; then `?status=200`, which only hyper answers (the same answer); then lean
+        // again, now served by hyper because it owns the connection.
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let lean = answer(&mut s, &mut pending).await;
+        s.write_all(b"GET /?status=200 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let hyper = answer(&mut s, &mut pending).await;
+        assert_eq!(lean, hyper);
+        assert_eq!(
+            lean.0,
+            "HTTP/1.1 200 OK\nx-backend: b\ncontent-length: 4\ndate: D"
+        );
+        assert_eq!(lean.1, "xxxx");
+        // Pipelined, split mid-head: both answered, in order.
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /echo HTTP/1.1\r\nHo")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.write_all(b"st: x\r\n\r\n").await.unwrap();
+        assert_eq!(answer(&mut s, &mut pending).await, lean);
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_millis(300), s.read_to_end(&mut rest)).await;
+        pending.extend_from_slice(&rest);
+        let echo = String::from_utf8_lossy(&pending).to_string();
+        assert!(echo.contains("method=GET\npath=/echo"), "{echo}");
+        assert_eq!(b.requests.load(Ordering::Relaxed), 4);
+        b.stop_graceful().await;
+    }
+
+    #[tokio::test]
+    async fn the_lean_path_closes_on_request_and_on_a_graceful_stop() {
+        let b = start(Duration::ZERO).await;
+        let mut closing = TcpStream::connect(b.addr).await.unwrap();
+        closing
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut all = Vec::new();
+        closing.read_to_end(&mut all).await.unwrap();
+        let text = String::from_utf8_lossy(&all);
+        assert!(
+            text.contains("connection: close\r\n") && text.ends_with("xxxx"),
+            "{text}"
+        );
+        // An idle keep-alive connection is closed by a graceful stop, which then returns.
+        let mut idle = TcpStream::connect(b.addr).await.unwrap();
+        let mut pending = Vec::new();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        answer(&mut idle, &mut pending).await;
+        tokio::time::timeout(Duration::from_secs(5), b.stop_graceful())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(idle.read(&mut buf).await.unwrap(), 0, "closed cleanly");
+    }
 
     #[tokio::test]
     async fn a_fast_stop_resets_connections_in_flight_and_idle() {
