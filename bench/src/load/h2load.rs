@@ -5,7 +5,7 @@
 //! are NaN.
 
 use super::record::WrkErrors;
-use super::wrk::{ToolSummary, run_tool, tool_report};
+use super::wrk::{Tool, ToolSummary, run_tool, tool, tool_report};
 use super::{Hooks, LoadError, LoadReport, LoadSpec, Mode};
 
 /// h2load's figures.
@@ -107,16 +107,12 @@ pub async fn run(
             "h2load runs closed loop over TLS (ALPN h2) only".into(),
         ));
     }
-    let addr = spec
-        .addrs
-        .first()
-        .ok_or_else(|| LoadError::Invalid("no address".into()))?;
-    let bin = crate::sys::which("h2load").ok_or_else(|| {
-        LoadError::Invalid("h2load is not installed (apt-get install nghttp2-client)".into())
-    })?;
-    let threads = threads.clamp(1, spec.connections.max(1));
-    let secs = spec.duration.as_secs().max(1);
-    let mut cmd = tokio::process::Command::new(bin);
+    let Tool {
+        addr,
+        mut cmd,
+        threads,
+        secs,
+    } = tool(spec, threads, "h2load", "apt-get install nghttp2-client")?;
     cmd.args([
         format!("--threads={threads}"),
         format!("--clients={}", spec.connections),

@@ -130,17 +130,13 @@ pub async fn run(spec: &LoadSpec, threads: usize, hooks: Hooks) -> Result<LoadRe
             "wrk runs closed loop over keep-alive connections only".into(),
         ));
     }
-    let addr = spec
-        .addrs
-        .first()
-        .ok_or_else(|| LoadError::Invalid("no address".into()))?;
-    let bin = crate::sys::which("wrk").ok_or_else(|| {
-        LoadError::Invalid("wrk is not installed (bench/install-peers.sh)".into())
-    })?;
-    let threads = threads.clamp(1, spec.connections.max(1));
-    let secs = spec.duration.as_secs().max(1);
+    let Tool {
+        addr,
+        mut cmd,
+        threads,
+        secs,
+    } = tool(spec, threads, "wrk", "bench/install-peers.sh")?;
     let scheme = if spec.tls.is_some() { "https" } else { "http" };
-    let mut cmd = tokio::process::Command::new(bin);
     cmd.args([
         format!("-t{threads}"),
         format!("-c{}", spec.connections),
@@ -174,6 +170,39 @@ pub async fn run(spec: &LoadSpec, threads: usize, hooks: Hooks) -> Result<LoadRe
         latency: [w.p50_ms, w.p90_ms, w.p99_ms, w.max_ms, w.mean_ms],
         bytes: w.bytes,
     }))
+}
+
+/// What running an external generator starts from.
+pub(super) struct Tool {
+    /// The target: the first address of the spec.
+    pub addr: std::net::SocketAddr,
+    /// The tool's command, arguments still to add.
+    pub cmd: tokio::process::Command,
+    /// Threads, at least one and at most one per connection.
+    pub threads: usize,
+    /// Whole seconds to run (at least one).
+    pub secs: u64,
+}
+
+/// Finds `name` on the PATH (`install` says how to get it) and sets up its run against `spec`.
+pub(super) fn tool(
+    spec: &LoadSpec,
+    threads: usize,
+    name: &str,
+    install: &str,
+) -> Result<Tool, LoadError> {
+    let addr = *spec
+        .addrs
+        .first()
+        .ok_or_else(|| LoadError::Invalid("no address".into()))?;
+    let bin = crate::sys::which(name)
+        .ok_or_else(|| LoadError::Invalid(format!("{name} is not installed ({install})")))?;
+    Ok(Tool {
+        addr,
+        cmd: tokio::process::Command::new(bin),
+        threads: threads.clamp(1, spec.connections.max(1)),
+        secs: spec.duration.as_secs().max(1),
+    })
 }
 
 /// Runs an external load generator to completion (its run is `secs` long; it gets 30 s more
