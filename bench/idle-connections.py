@@ -6,6 +6,12 @@ prints the server's RSS (all its processes) before and after, and the cost per c
 
     bench/idle-connections.py 10000 sluice target/release/sluice
     bench/idle-connections.py 10000 nginx
+
+The "after" figure is taken SETTLE seconds (default 15) after the last connection's answer: an
+idle sluice connection gives its buffers back after a second, and jemalloc returns freed pages
+to the system within about ten seconds more (its background thread's decay), as an idle
+connection's life is measured in seconds to minutes. SETTLE=1 shows the memory of connections
+that have just been answered.
 """
 import asyncio, os, resource, subprocess, sys, time, signal, tempfile
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
@@ -54,7 +60,7 @@ async def measure(name, port, pid, host):
         async with sem:
             conns.append(await one(port, req))
     await asyncio.gather(*[go() for _ in range(N)])
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(float(os.environ.get("SETTLE", "15")))
     loaded = rss_kb(tree(pid))
     print(f"{name}: {N} idle keep-alive connections: RSS {base/1024:.1f} MB -> {loaded/1024:.1f} MB, +{(loaded-base)/N:.2f} KB per connection", flush=True)
     for r, w in conns:

@@ -16,6 +16,10 @@
 //! larger than the limit, `400` for a malformed one, a `Date` header, `Content-Length` or
 //! chunked framing chosen from the body, and on shutdown idle connections closed while busy
 //! ones finish their response (which says `Connection: close` while draining).
+//!
+//! A keep-alive connection idle for [`SHED_AFTER`] gives its read and write buffers back and
+//! waits for its next request with none, as nginx does: idle connections are most of a busy
+//! edge's connections, and their memory is mostly those buffers.
 
 use std::future::poll_fn;
 use std::mem::MaybeUninit;
@@ -54,6 +58,13 @@ const HEAD_START: usize = 2 * 1024;
 /// A response buffer that grew past this (a large coalesced body) is released after its
 /// response instead of being kept by an idle connection.
 const OUT_KEEP: usize = 16 * 1024;
+/// How long a keep-alive connection waits for its next request before it gives its read and
+/// write buffers back and waits for the first byte with none (as nginx frees an idle
+/// connection's buffers). Not at once: a busy connection's next request is usually a
+/// millisecond away, and it keeps its buffers rather than paying for new ones each time.
+const SHED_AFTER: Duration = Duration::from_secs(1);
+/// The stack buffer the first bytes of a request are read into after the buffers were shed.
+const FIRST_READ: usize = 512;
 /// The start of the HTTP/2 connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
@@ -238,10 +249,38 @@ async fn watching<I: AsyncRead + Unpin, T>(
 /// Which deadline the wait for a request head runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deadline {
-    /// No byte of the next head yet: the keep-alive time.
+    /// No byte of the next head yet, buffers held: [`SHED_AFTER`], unless the keep-alive time
+    /// ends sooner.
     Idle,
+    /// No byte of the next head yet, buffers shed: the rest of the keep-alive time.
+    Shed,
     /// A head has begun: the head deadline.
     Head,
+}
+
+/// Waits, holding no buffer, for the first bytes of the next request head and puts them in
+/// `rbuf` (empty, and given its start size here). `false`: the connection is to close (the
+/// client closed it or failed, `timer` fired, or shutdown asked idle connections to close).
+async fn first_bytes<I: AsyncRead + Unpin>(
+    io: &mut I,
+    rbuf: &mut BytesMut,
+    timer: Pin<&mut tokio::time::Sleep>,
+    close_idle: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut first = [0u8; FIRST_READ];
+    tokio::select! {
+        biased;
+        r = io.read(&mut first) => match r {
+            Ok(n) if n > 0 => {
+                rbuf.reserve(HEAD_START);
+                rbuf.extend_from_slice(&first[..n]);
+                true
+            }
+            _ => false,
+        },
+        () = timer => false,
+        _ = close_idle.changed() => false,
+    }
 }
 
 /// Serves `io` until it closes or needs hyper.
@@ -256,6 +295,8 @@ where
     tokio::pin!(timer);
     loop {
         let mut deadline = None;
+        // When the keep-alive time ends (set when the wait for this head turns idle).
+        let mut idle_end = None;
         let parsed = loop {
             if !rbuf.is_empty() {
                 match parse(&mut rbuf, &mut spans, fp.max_header_size) {
@@ -286,26 +327,42 @@ where
                     if rbuf.is_empty() && *fp.close_idle.borrow() {
                         return Outcome::Closed;
                     }
-                    // Idle (no byte of the next head yet): the keep-alive time; once a head
-                    // has begun, the head deadline, from then.
-                    let want = if rbuf.is_empty() {
-                        Deadline::Idle
-                    } else {
-                        Deadline::Head
-                    };
-                    if deadline != Some(want) {
-                        let wait = match want {
-                            Deadline::Idle => fp.idle_timeout,
-                            Deadline::Head => fp.header_read_timeout,
-                        };
-                        timer.as_mut().reset(Instant::now() + wait);
-                        deadline = Some(want);
-                    }
+                    // Idle (no byte of the next head yet): the keep-alive time, the buffers
+                    // shed after the first SHED_AFTER of it; once a head has begun, the head
+                    // deadline, from then.
                     let idle = rbuf.is_empty();
+                    if idle && deadline.is_none() {
+                        let now = Instant::now();
+                        let end = now + fp.idle_timeout;
+                        idle_end = Some(end);
+                        timer.as_mut().reset(end.min(now + SHED_AFTER));
+                        deadline = Some(Deadline::Idle);
+                    } else if !idle && deadline != Some(Deadline::Head) {
+                        timer
+                            .as_mut()
+                            .reset(Instant::now() + fp.header_read_timeout);
+                        deadline = Some(Deadline::Head);
+                    }
                     tokio::select! {
                         biased;
                         r = io.read_buf(&mut rbuf) => r,
-                        () = &mut timer => return Outcome::Closed,
+                        () = &mut timer => {
+                            let Some(end) = idle_end.filter(|&e| idle && Instant::now() < e)
+                            else {
+                                return Outcome::Closed;
+                            };
+                            // Idle for SHED_AFTER: give the buffers back and wait for the
+                            // rest of the keep-alive time with none.
+                            (rbuf, out, spans) = (BytesMut::new(), BytesMut::new(), Vec::new());
+                            timer.as_mut().reset(end);
+                            deadline = Some(Deadline::Shed);
+                            if !first_bytes(&mut io, &mut rbuf, timer.as_mut(), &mut fp.close_idle)
+                                .await
+                            {
+                                return Outcome::Closed;
+                            }
+                            continue;
+                        }
                         _ = fp.close_idle.changed(), if idle => return Outcome::Closed,
                     }
                 }
@@ -458,3 +515,6 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod shed_tests;
