@@ -17,9 +17,9 @@
 //! chunked framing chosen from the body, and on shutdown idle connections closed while busy
 //! ones finish their response (which says `Connection: close` while draining).
 //!
-//! A keep-alive connection idle for [`SHED_AFTER`] gives its read and write buffers back and
-//! waits for its next request with none, as nginx does: idle connections are most of a busy
-//! edge's connections, and their memory is mostly those buffers.
+//! A keep-alive connection idle for a second (`SHED_AFTER`) gives its read and write buffers
+//! back and waits for its next request with none, as nginx does: idle connections are most of
+//! a busy edge's connections, and their memory is mostly those buffers.
 
 use std::future::poll_fn;
 use std::mem::MaybeUninit;
