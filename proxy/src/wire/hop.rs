@@ -100,12 +100,20 @@ pub fn strip(headers: &mut HeaderMap, keep_upgrade: bool) {
             headers.remove(HOP[i].1);
         }
     }
-    if present & TE != 0
-        && headers
-            .get(header::TE)
-            .is_some_and(|v| v.as_bytes() != b"trailers")
-    {
-        headers.remove(header::TE);
+    if present & TE != 0 {
+        // Each `TE` field is judged on its own, as the raw-head path does ([`is_hop`]): the
+        // `trailers` ones stay, the rest go.
+        let values = headers.get_all(header::TE);
+        let kept = values
+            .iter()
+            .filter(|v| v.as_bytes() == b"trailers")
+            .count();
+        if kept != values.iter().count() {
+            headers.remove(header::TE);
+            for _ in 0..kept {
+                headers.append(header::TE, HeaderValue::from_static("trailers"));
+            }
+        }
     }
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -176,6 +184,25 @@ mod tests {
         strip(&mut h, true);
         assert_eq!(names(&h), ["connection", "upgrade"]);
         assert_eq!(h["connection"], "upgrade");
+    }
+
+    #[test]
+    fn each_te_field_is_judged_on_its_own() {
+        // Found by tests/differential.rs: the raw-head path kept the second field, the header
+        // map path judged both by the first.
+        let mut h = map(&[("te", "railers"), ("te", "trailers"), ("accept", "*/*")]);
+        strip(&mut h, false);
+        let te: Vec<_> = h.get_all("te").iter().collect();
+        assert_eq!(te, ["trailers"]);
+        let mut h = map(&[("te", "trailers"), ("te", "gzip")]);
+        strip(&mut h, false);
+        assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
+        let mut h = map(&[("te", "gzip"), ("te", "deflate")]);
+        strip(&mut h, false);
+        assert!(h.is_empty());
+        let mut h = map(&[("te", "trailers"), ("te", "trailers")]);
+        strip(&mut h, false);
+        assert_eq!(h.get_all("te").iter().count(), 2);
     }
 
     #[test]
