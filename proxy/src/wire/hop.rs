@@ -106,7 +106,7 @@ pub fn strip(headers: &mut HeaderMap, keep_upgrade: bool) {
         let values = headers.get_all(header::TE);
         let kept = values
             .iter()
-            .filter(|v| v.as_bytes() == b"trailers")
+            .filter(|v| !is_hop(Field::Te, v.as_bytes()))
             .count();
         if kept != values.iter().count() {
             headers.remove(header::TE);

@@ -249,11 +249,9 @@ async fn watching<I: AsyncRead + Unpin, T>(
 /// Which deadline the wait for a request head runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deadline {
-    /// No byte of the next head yet, buffers held: [`SHED_AFTER`], unless the keep-alive time
-    /// ends sooner.
+    /// No byte of the next head yet: the keep-alive time, its first [`SHED_AFTER`] with the
+    /// buffers held.
     Idle,
-    /// No byte of the next head yet, buffers shed: the rest of the keep-alive time.
-    Shed,
     /// A head has begun: the head deadline.
     Head,
 }
@@ -355,7 +353,6 @@ where
                             // rest of the keep-alive time with none.
                             (rbuf, out, spans) = (BytesMut::new(), BytesMut::new(), Vec::new());
                             timer.as_mut().reset(end);
-                            deadline = Some(Deadline::Shed);
                             if !first_bytes(&mut io, &mut rbuf, timer.as_mut(), &mut fp.close_idle)
                                 .await
                             {

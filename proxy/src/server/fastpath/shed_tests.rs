@@ -5,7 +5,7 @@ use std::io;
 use std::sync::Mutex;
 use std::task::Context;
 
-use tokio::io::{DuplexStream, ReadBuf};
+use tokio::io::{DuplexStream, ReadBuf, ReadHalf};
 
 use super::*;
 use crate::state::settings::ProxySettings;
@@ -13,9 +13,9 @@ use crate::state::settings::ProxySettings;
 /// When each read was asked for, and how much room it offered.
 type Reads = Arc<Mutex<Vec<(Instant, usize)>>>;
 
-/// The server's end of the connection, noting every read.
+/// The read side of the server's end of the connection, noting every read.
 struct Probe {
-    inner: DuplexStream,
+    inner: ReadHalf<DuplexStream>,
     rooms: Reads,
 }
 
@@ -32,29 +32,14 @@ impl AsyncRead for Probe {
     }
 }
 
-impl AsyncWrite for Probe {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
 /// Starts the fast path (no routes: every request is answered 404 locally) with the given
 /// keep-alive time; returns the client's end and the reads' record.
 fn start(idle: Duration) -> (DuplexStream, Reads) {
     let (client, server) = tokio::io::duplex(64 * 1024);
+    let (read, write) = tokio::io::split(server);
     let rooms = Arc::new(Mutex::new(Vec::new()));
     let probe = Probe {
-        inner: server,
+        inner: read,
         rooms: Arc::clone(&rooms),
     };
     let addr = "127.0.0.1:9".parse().unwrap();
@@ -70,7 +55,7 @@ fn start(idle: Duration) -> (DuplexStream, Reads) {
     };
     tokio::spawn(async move {
         let _keep = tx;
-        serve(probe, &mut fp).await
+        serve(tokio::io::join(probe, write), &mut fp).await
     });
     (client, rooms)
 }
