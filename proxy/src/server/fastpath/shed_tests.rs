@@ -133,3 +133,21 @@ async fn shedding_keeps_the_keep_alive_time_whole() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_head_begun_after_shedding_runs_under_the_head_deadline() {
+    // A hostile client: idle past SHED_AFTER, then the first bytes of a head, then nothing.
+    // The head deadline (30 s) starts with those bytes; the keep-alive time (10 s) no longer
+    // applies, and the connection is closed when the head deadline ends, not before.
+    let (mut c, _) = start(Duration::from_secs(10));
+    tokio::time::sleep(SHED_AFTER * 2).await;
+    c.write_all(b"GET / HT").await.unwrap();
+    let begun = Instant::now();
+    let mut rest = [0u8; 16];
+    assert_eq!(c.read(&mut rest).await.unwrap(), 0, "closed");
+    let waited = begun.elapsed();
+    assert!(
+        waited >= Duration::from_secs(30) && waited < Duration::from_secs(31),
+        "closed {waited:?} after the head began"
+    );
+}
