@@ -52,9 +52,15 @@ trap - EXIT
 served=$((requests + 1))
 annotated="$(mktemp)"
 callgrind_annotate --inclusive=yes "$out" >"$annotated" 2>/dev/null
-first() { grep -m1 -F "$1" "$annotated" | awk '{gsub(",", "", $1); print $1}'; }
+# The first (inclusive) line naming a function; a missing one is reported, not fatal.
+first() {
+  local n
+  n="$( (grep -m1 -F "$1" "$annotated" || true) | awk '{gsub(",", "", $1); print $1}')"
+  [[ -n "$n" ]] || echo "callgrind.sh: no line for $1 (renamed?)" >&2
+  echo "${n:-0}"
+}
 total=$(first 'PROGRAM TOTALS')
-startup=$(first 'dataplane.rs:sluice_proxy::dataplane::DataPlane::new')
-conns=$(first 'server.rs:sluice_proxy::server::serve_conn::{{closure}}')
+startup=$(first 'dataplane.rs:sluice_proxy::state::dataplane::DataPlane::new')
+conns=$(first 'server/mod.rs:sluice_proxy::server::serve_conn::{{closure}}')
 rm -f "$annotated"
 echo "instructions per request: whole process $(( (total - ${startup:-0}) / served )), connection tasks $(( ${conns:-0} / served ))  ($out)"

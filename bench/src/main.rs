@@ -49,6 +49,10 @@ enum Cmd {
     /// Constant-rate legitimate load while each attack runs in turn (h2 preface hold, h2
     /// idle, slowloris, slow reader, max-size heads, upgrade flood, rapid reset).
     Abuse(ScenarioArgs),
+    /// Memory per idle keep-alive connection (HTTP, HTTPS, HTTP/2), every peer in one run:
+    /// --connections each (default 5000, quick 1000), read --duration seconds (default 15)
+    /// after the last answer.
+    Idle(ScenarioArgs),
     /// A published test as one named run, its report beside the published figures
     /// (`seed --list` for the names).
     Seed(SeedArgs),
@@ -342,6 +346,7 @@ fn main() -> Result<()> {
         Cmd::Scale(a) => scenario_main(Job::Scenario(Scenario::Scale), a, nofile),
         Cmd::Validate(a) => scenario_main(Job::Scenario(Scenario::Validate), a, nofile),
         Cmd::Abuse(a) => scenario_main(Job::Scenario(Scenario::Abuse), a, nofile),
+        Cmd::Idle(a) => scenario_main(Job::Scenario(Scenario::Idle), a, nofile),
         Cmd::Seed(s) => match s.name.as_deref().filter(|_| !s.list) {
             None => {
                 print!("{}", seed::list());

@@ -357,14 +357,14 @@ async fn behave(spec: &AttackSpec, mut s: Stream, c: &Counters) {
 }
 
 /// The client connection preface and an empty SETTINGS frame.
-async fn h2_start(s: &mut Stream) -> std::io::Result<()> {
+pub(crate) async fn h2_start(s: &mut Stream) -> std::io::Result<()> {
     let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     frame(&mut out, 4, 0, 0, &[]);
     s.write_all(&out).await
 }
 
 /// Appends one HTTP/2 frame.
-fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+pub(crate) fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = u32::try_from(payload.len()).unwrap_or(0);
     out.extend_from_slice(&len.to_be_bytes()[1..]);
     out.push(kind);
@@ -373,10 +373,9 @@ fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// Takes the complete frames at the front of `buf` and returns the acknowledgements a
-/// well-behaved client owes (SETTINGS ACK, PING ACK).
-fn h2_replies(buf: &mut Vec<u8>) -> Vec<u8> {
-    let mut out = Vec::new();
+/// Takes the complete frames at the front of `buf`, calling `each` with every frame's type,
+/// flags, stream id and payload; a partial frame at the end stays for the next read.
+pub(crate) fn take_frames(buf: &mut Vec<u8>, mut each: impl FnMut(u8, u8, u32, &[u8])) {
     let mut at = 0;
     while buf.len() >= at + 9 {
         let len =
@@ -384,19 +383,30 @@ fn h2_replies(buf: &mut Vec<u8>) -> Vec<u8> {
         if buf.len() < at + 9 + len {
             break;
         }
-        let (kind, flags) = (buf[at + 3], buf[at + 4]);
-        let payload = &buf[at + 9..at + 9 + len];
-        match (kind, flags & 1) {
-            (4, 0) => frame(&mut out, 4, 1, 0, &[]),
-            (6, 0) => {
-                let p = payload.to_vec();
-                frame(&mut out, 6, 1, 0, &p);
-            }
-            _ => {}
-        }
+        let stream =
+            u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]]) & 0x7fff_ffff;
+        each(buf[at + 3], buf[at + 4], stream, &buf[at + 9..at + 9 + len]);
         at += 9 + len;
     }
     buf.drain(..at);
+}
+
+/// The acknowledgement a well-behaved client owes for one frame (SETTINGS ACK, PING ACK),
+/// appended to `out`.
+pub(crate) fn ack(out: &mut Vec<u8>, kind: u8, flags: u8, payload: &[u8]) {
+    match (kind, flags & 1) {
+        (4, 0) => frame(out, 4, 1, 0, &[]),
+        (6, 0) => frame(out, 6, 1, 0, payload),
+        _ => {}
+    }
+}
+
+/// Takes the complete frames at the front of `buf` and returns the acknowledgements owed.
+fn h2_replies(buf: &mut Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    take_frames(buf, |kind, flags, _, payload| {
+        ack(&mut out, kind, flags, payload);
+    });
     out
 }
 

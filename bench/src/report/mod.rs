@@ -188,6 +188,47 @@ impl ScaleRow {
     }
 }
 
+/// One row of the idle-connection scenario: one peer, one client protocol.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IdleRow {
+    /// Peer.
+    pub name: String,
+    /// Client protocol: `http`, `https` or `h2`.
+    pub variant: String,
+    /// `null`, or why it did not run.
+    pub skipped: Option<String>,
+    /// Connections opened.
+    pub connections: usize,
+    /// Connections whose one request was answered.
+    pub answered: usize,
+    /// Answered connections still open at the last reading.
+    pub open: usize,
+    /// RSS of the peer's process tree before the first connection (bytes).
+    pub rss_base_bytes: u64,
+    /// RSS just after the last answer (bytes).
+    pub rss_answered_bytes: u64,
+    /// RSS after the settling time (bytes).
+    pub rss_settled_bytes: u64,
+    /// (answered - base) / open, KB.
+    pub kb_per_connection_answered: f64,
+    /// (settled - base) / open, KB: the figure to quote.
+    pub kb_per_connection: f64,
+    /// Remarks (failed connections, closes, non-2xx answers).
+    pub notes: Vec<String>,
+}
+
+impl IdleRow {
+    /// A row for a peer that did not run.
+    pub fn skipped(name: &str, variant: &str, why: String) -> Self {
+        Self {
+            name: name.into(),
+            variant: variant.into(),
+            skipped: Some(why),
+            ..Self::default()
+        }
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -211,6 +252,9 @@ pub struct Report {
     pub scale: Vec<ScaleRow>,
     /// Extra rows (the wrk comparison).
     pub extra: Vec<BTreeMap<String, String>>,
+    /// Idle-connection scenario rows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<IdleRow>,
     /// Medians over repeated rounds (capacity scenarios with `--rounds`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<rounds::RoundSummary>,
@@ -330,6 +374,19 @@ fn markdown(r: &Report) -> String {
                 s.push_str(&format!("  - {:.3} s: {}{ap}\n", e.t_s, e.what));
             }
         }
+    }
+    let idle_notes: Vec<String> = r
+        .idle
+        .iter()
+        .flat_map(|i| {
+            i.notes
+                .iter()
+                .map(move |n| format!("- {} {}: {n}\n", i.name, i.variant))
+        })
+        .collect();
+    if !idle_notes.is_empty() {
+        s.push_str("\n## Notes\n\n");
+        s.extend(idle_notes);
     }
     s.push_str("\n## Settings\n\n");
     for (k, v) in r.settings.iter().chain(r.machine.iter()) {

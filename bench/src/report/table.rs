@@ -24,6 +24,36 @@ fn f(v: f64) -> String {
 
 /// Header and rows of the main table; `wide` keeps every column.
 pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    if !r.idle.is_empty() {
+        let head = vec![
+            "peer",
+            "variant",
+            "open",
+            "RSS before MB",
+            "answered MB",
+            "settled MB",
+            "KB/conn answered",
+            "KB/conn settled",
+        ];
+        let rows = r
+            .idle
+            .iter()
+            .map(|i| match &i.skipped {
+                Some(w) => vec![i.name.clone(), i.variant.clone(), format!("skipped: {w}")],
+                None => vec![
+                    i.name.clone(),
+                    i.variant.clone(),
+                    format!("{}/{}", i.open, i.connections),
+                    mb(i.rss_base_bytes),
+                    mb(i.rss_answered_bytes),
+                    mb(i.rss_settled_bytes),
+                    f(i.kb_per_connection_answered),
+                    f(i.kb_per_connection),
+                ],
+            })
+            .collect();
+        return (head, rows);
+    }
     if !r.scale.is_empty() {
         let head = vec![
             "peer",

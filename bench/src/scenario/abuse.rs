@@ -121,5 +121,6 @@ pub async fn run(c: &Common) -> Report {
         scale: Vec::new(),
         extra: Vec::new(),
         rounds: Vec::new(),
+        idle: Vec::new(),
     }
 }

@@ -264,5 +264,6 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         scale: Vec::new(),
         extra: Vec::new(),
         rounds: summary,
+        idle: Vec::new(),
     }
 }

@@ -364,6 +364,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         scale: Vec::new(),
         extra: Vec::new(),
         rounds: Vec::new(),
+        idle: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod abuse;
 pub mod capacity;
 pub mod churn;
+pub mod idle;
 pub mod scale;
 pub mod seed;
 pub mod validate;
@@ -42,6 +43,8 @@ pub enum Scenario {
     Validate,
     /// Constant-rate legitimate load while each attack runs in turn.
     Abuse,
+    /// Memory per idle keep-alive connection.
+    Idle,
 }
 
 impl Scenario {
@@ -56,6 +59,7 @@ impl Scenario {
             Scenario::Scale => "scale",
             Scenario::Validate => "validate",
             Scenario::Abuse => "abuse",
+            Scenario::Idle => "idle",
         }
     }
 
@@ -69,6 +73,14 @@ impl Scenario {
                 PeerKind::Traefik,
             ],
             Scenario::Validate => vec![PeerKind::Direct, PeerKind::Sluice],
+            // One of each server, as in abuse.
+            Scenario::Idle => vec![
+                PeerKind::Sluice,
+                PeerKind::NginxReload,
+                PeerKind::HaproxyReload,
+                PeerKind::Caddy,
+                PeerKind::Traefik,
+            ],
             // One of each server (the reload and runtime variants differ only in how they
             // change endpoints, which this scenario does not do); no attack on `direct`.
             Scenario::Abuse => vec![
@@ -93,6 +105,7 @@ impl Scenario {
             Scenario::Scale => scale::run(common).await,
             Scenario::Validate => validate::run(common).await,
             Scenario::Abuse => abuse::run(common).await,
+            Scenario::Idle => idle::run(common).await,
         }
     }
 }

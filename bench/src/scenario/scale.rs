@@ -491,5 +491,6 @@ pub async fn run(c: &Common) -> Report {
         scale: rows,
         extra: Vec::new(),
         rounds: Vec::new(),
+        idle: Vec::new(),
     }
 }

@@ -93,5 +93,6 @@ pub async fn run(c: &Common) -> Report {
         scale: Vec::new(),
         extra: rows,
         rounds: Vec::new(),
+        idle: Vec::new(),
     }
 }

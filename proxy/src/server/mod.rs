@@ -2,6 +2,7 @@
 //! builder, and graceful shutdown (keep-alive connections close after their current request,
 //! HTTP/2 connections get GOAWAY, in-flight requests finish within the deadline).
 
+mod accepted;
 pub mod fastpath;
 pub mod listener;
 pub mod passthrough;
@@ -9,7 +10,6 @@ pub mod proxy_protocol;
 pub mod tls;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -28,11 +28,11 @@ use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 
-use crate::handler::{ConnInfo, Slot, handle};
+use crate::handler::{ConnInfo, handle};
 use crate::io::activity::{Activity, SendDeadline, Watched};
 use crate::io::prefixed::Prefixed;
-use crate::state::auth::client_cert::{ClientAuth, ClientCert};
 use crate::state::dataplane::DataPlane;
+use accepted::{Accepted, Plain, Tls, connection};
 use fastpath::{FastPath, Outcome};
 use sluice_config::ServerTls;
 
@@ -277,175 +277,19 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             .fresh
             .proxy_protocol
             .unwrap_or(ctx.opts.proxy_protocol);
-        tokio::spawn(async move {
-            let ctx = conn_ctx;
-            let slot = Slot::new(permit, ctx.deadline.clone(), Arc::clone(&ctx.tunnels));
-            let m = &ctx.dp.metrics;
-            m.connections.inc();
-            m.connections_active.inc();
-            if proxy_protocol {
-                let mut stream = stream;
-                match proxy_protocol::read(&mut stream, ctx.header_read_timeout).await {
-                    Ok((header, rest)) => {
-                        let client = match header {
-                            proxy_protocol::Header::Proxied { source, .. } => source,
-                            proxy_protocol::Header::Local => remote,
-                        };
-                        let io = Prefixed::new(rest, stream);
-                        // Boxed: a second stream type must not double every task's size.
-                        Box::pin(serve_accepted(io, (client, local, slot), &ctx, watcher)).await;
-                    }
-                    Err(e) => tracing::debug!(peer = %remote, error = %e, "connection closed"),
-                }
-            } else {
-                serve_accepted(stream, (remote, local, slot), &ctx, watcher).await;
-            }
-            m.connections_active.dec();
-        });
-    }
-}
-
-/// A connection from `client` (the TCP peer, or the client a PROXY header named): TLS when the
-/// listener has it, then [`serve_conn`].
-async fn serve_accepted<S>(
-    stream: S,
-    (client, local, slot): (SocketAddr, SocketAddr, Slot),
-    ctx: &ConnCtx,
-    watcher: Watcher,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let info = Arc::new(
-        ConnInfo::new(
-            client,
-            local,
-            ctx.tls.is_some(),
-            ctx.dp.settings.trusts(client.ip()),
-        )
-        .with_slot(slot),
-    );
-    match &ctx.tls {
-        None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
-        // Boxed: the handshake's state would otherwise make every plain connection's task as
-        // large as a TLS one's.
-        Some(base) => Box::pin(serve_tls(stream, info, ctx, watcher, base)).await,
-    }
-}
-
-/// [`serve_accepted`] on a TLS listener: the ClientHello read first where needed, SSL
-/// passthrough, then sluice's own TLS.
-async fn serve_tls<S>(
-    stream: S,
-    info: Arc<ConnInfo>,
-    ctx: &ConnCtx,
-    watcher: Watcher,
-    base: &TlsAcceptor,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let accepted = std::time::Instant::now();
-    // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
-    let policy = &ctx.fresh.server_tls;
-    let policed = (*policy != ServerTls::default())
-        .then(|| ctx.policed.get(policy, base))
-        .flatten();
-    let base = policed.as_ref().unwrap_or(base);
-    if !ctx.fresh.peek {
-        let tls = (base, None);
-        terminate(
+        let accepted = Accepted {
             stream,
-            info,
-            ctx,
-            watcher,
-            accepted,
-            ctx.handshake_timeout,
-            tls,
-        )
-        .await;
-        return;
-    }
-    // Some host is passed through or asks for client certificates: read the ClientHello's
-    // server name first.
-    let mut stream = stream;
-    let Some((hello, name)) = passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
-    else {
-        ctx.dp.handshakes.timeout();
-        return;
-    };
-    let table = ctx.dp.routes();
-    if ctx.ssl_passthrough
-        && let Some(cluster) = name.as_deref().and_then(|n| table.passthrough(n))
-    {
-        drop(table);
-        let guard = info.slot.as_ref().map(crate::handler::Slot::tunnel);
-        let s = &ctx.dp.settings;
-        let timeouts = (s.upstream.connect_timeout, s.tunnel_idle_timeout);
-        passthrough::tunnel(stream, hello, cluster, timeouts, guard).await;
-        return;
-    }
-    let host_auth = name.as_deref().and_then(|n| table.client_auth(n)).cloned();
-    let acceptor = host_auth.as_ref().and_then(|a| {
-        ctx.client_auth
-            .get(a, (base, policy), |k| table.has_client_auth_rules(k))
-    });
-    drop(table);
-    let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
-    let tls = match &acceptor {
-        Some(a) => (a, host_auth),
-        None => (base, None),
-    };
-    terminate(
-        Prefixed::new(hello, stream),
-        info,
-        ctx,
-        watcher,
-        accepted,
-        remaining,
-        tls,
-    )
-    .await;
-}
-
-/// sluice's own TLS on an accepted stream, then [`serve_conn`].
-async fn terminate<S>(
-    stream: S,
-    info: Arc<ConnInfo>,
-    ctx: &ConnCtx,
-    watcher: Watcher,
-    accepted: std::time::Instant,
-    handshake_timeout: Duration,
-    (acceptor, host_auth): (&TlsAcceptor, Option<Arc<ClientAuth>>),
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let client = info.remote;
-    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => {
-            let hs = &ctx.dp.handshakes;
-            hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());
-            let info = match host_auth {
-                Some(auth) => {
-                    let conn = tls.get_ref().1;
-                    // The handshake checked the key only: the chain is verified here, once per
-                    // connection, and each route judges the result.
-                    let cert = conn.peer_certificates().map(|chain| {
-                        let chain: Vec<_> = chain.iter().map(|c| c.clone().into_owned()).collect();
-                        let verified = auth.verifies(&chain);
-                        ClientCert::read(chain, verified.then_some(auth))
-                    });
-                    Arc::new(ConnInfo::clone(&info).with_handshake(conn.server_name(), cert))
-                }
-                None => info,
-            };
-            // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
-            let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
-            serve_conn(tls, info, ctx, watcher, fast).await;
+            remote,
+            local,
+            permit,
+            proxy_protocol,
+        };
+        // One task type per listener kind, each sized for its own path.
+        if conn_ctx.tls.is_some() {
+            tokio::spawn(connection::<Tls>(accepted, conn_ctx, watcher));
+        } else {
+            tokio::spawn(connection::<Plain>(accepted, conn_ctx, watcher));
         }
-        Ok(Err(e)) => {
-            ctx.dp.handshakes.error();
-            tracing::debug!(client = %client, error = %e, "TLS handshake failed");
-        }
-        Err(_) => ctx.dp.handshakes.timeout(),
     }
 }
 

@@ -173,6 +173,11 @@ impl HostPool {
     /// buffer until the endpoint's next request. Returns how many were closed. Takes every
     /// idle connection out once; a checkout racing with the sweep may open a new connection
     /// instead of reusing one, which is harmless.
+    ///
+    /// A connection that stays gives its read buffer back ([`H1Conn::shed`]): a burst of
+    /// requests can leave hundreds of idle connections to one endpoint, each holding a buffer
+    /// the next burst may never need. Under steady load this costs at most one buffer
+    /// allocation per pooled connection per sweep.
     pub fn sweep_idle(&self) -> usize {
         let mut closed = 0;
         for _ in 0..self.idle_count() {
@@ -183,6 +188,7 @@ impl HostPool {
                 closed += 1;
                 continue;
             }
+            idle.conn.shed();
             self.idle_len.fetch_add(1, Ordering::AcqRel);
             self.idle.push(idle);
         }

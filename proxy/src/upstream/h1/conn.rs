@@ -121,12 +121,36 @@ impl H1Conn {
 
     /// Whether an idle connection can carry a request: nothing unread, and the peer has not
     /// closed it (checked without a system call unless the socket was reported readable).
+    /// The probe reads into a few bytes on the stack, not the read buffer, so checking a
+    /// connection that has [shed](H1Conn::shed) its buffer does not grow it back: any byte
+    /// that arrives unasked makes the connection unusable anyway.
     pub fn is_usable(&mut self) -> bool {
         if !self.rbuf.is_empty() {
             return false;
         }
         let mut cx = Context::from_waker(Waker::noop());
-        self.poll_fill(&mut cx).is_pending()
+        let mut probe = [0u8; 64];
+        let mut probe = ReadBuf::new(&mut probe);
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut probe)
+            .is_pending()
+    }
+
+    /// Gives back the read buffer and the head-parsing scratch of a connection that waits in
+    /// the idle pool (its buffer is empty: only clean connections are pooled). The next
+    /// response read allocates them again; the pool's sweep calls this for connections that
+    /// have been idle a while, so a busy connection never pays for it.
+    pub fn shed(&mut self) {
+        if self.rbuf.is_empty() {
+            self.rbuf = BytesMut::new();
+            self.spans = Vec::new();
+        }
+    }
+
+    /// Bytes this connection holds in its buffers (capacity), for the tests of shedding.
+    #[cfg(test)]
+    pub(crate) fn buffered_capacity(&self) -> usize {
+        self.rbuf.capacity() + self.spans.capacity() * std::mem::size_of::<Span>()
     }
 
     /// The next final response head (skipping interim 1xx responses other than 101), its

@@ -295,6 +295,40 @@ async fn an_idle_connection_closed_by_the_peer_is_not_handed_out() {
 }
 
 #[tokio::test]
+async fn the_sweep_sheds_an_idle_connections_buffers_and_the_connection_still_serves() {
+    let (live, conns, _reqs) = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let ep = endpoint(live);
+    get(&ep, Method::GET).await;
+    let now = std::time::Instant::now;
+    let co = ep.pool.checkout_h1(false, now()).await.unwrap();
+    assert!(co.reused);
+    assert!(
+        co.conn.conn.buffered_capacity() >= 8 * 1024,
+        "a connection that has read a response keeps its buffer while it is busy"
+    );
+    co.conn.release();
+    assert_eq!(ep.pool.sweep_idle(), 0, "a live idle connection stays");
+    let co = ep.pool.checkout_h1(false, now()).await.unwrap();
+    assert!(co.reused, "the shed connection is still handed out");
+    assert_eq!(
+        co.conn.conn.buffered_capacity(),
+        0,
+        "the sweep gave the buffers back, and checking the connection did not regrow them"
+    );
+    co.conn.release();
+    // The shed connection reads the next answer whole, into a buffer it allocates again.
+    let (status, _, body, _) = get(&ep, Method::GET).await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "one connection served both"
+    );
+    let co = ep.pool.checkout_h1(false, now()).await.unwrap();
+    assert!(co.reused && co.conn.conn.buffered_capacity() >= 8 * 1024);
+}
+
+#[tokio::test]
 async fn the_sweep_closes_idle_connections_the_peer_closed_and_keeps_live_ones() {
     let (closing, _) = answer_once(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
