@@ -574,3 +574,81 @@ fn arc_swap_store(
 ) -> arc_swap::ArcSwap<sluice_proxy::state::certs::CertStore> {
     arc_swap::ArcSwap::from_pointee(sluice_proxy::state::certs::CertStore::new(cert))
 }
+
+/// `--proxy-protocol` on the TLS listener: the PROXY header comes before the ClientHello, and
+/// the client it names is the one the backend is told about, over HTTP/1.1 (the fast path) and
+/// HTTP/2 (hyper); a connection whose first bytes are a ClientHello instead is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_protocol_header_precedes_the_tls_handshake() {
+    let a = backend("a").await;
+    let r = data_plane(&["--proxy-protocol"]).await;
+    let (crt, key) = self_signed(&["pp.test"]);
+    let mut docs = one_service("plain.test", "svc", &[a.addr]);
+    docs.push(tls_secret("pp-cert", &crt, &key));
+    docs.push(tls_ingress("pp", "pp.test", "pp-cert", "svc", &[]));
+    r.dp.apply(snapshot(&docs));
+    let https = r.https_addr.unwrap();
+    let via_proxy = |alpn: &'static [u8]| async move {
+        let mut tcp = TcpStream::connect(https).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(
+            &mut tcp,
+            b"PROXY TCP4 203.0.113.9 10.0.0.1 40000 443\r\n",
+        )
+        .await
+        .unwrap();
+        let o = Opts {
+            alpn: vec![alpn],
+            ..h13()
+        };
+        tokio_rustls::TlsConnector::from(client_config(&o))
+            .connect(ServerName::try_from("pp.test").unwrap(), tcp)
+            .await
+            .unwrap()
+    };
+    let (status, _, body) = h1_request(
+        &mut h1(via_proxy(b"http/1.1").await).await,
+        "pp.test",
+        "/echo",
+    )
+    .await;
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200);
+    assert!(
+        body.lines().any(|l| l == "x-forwarded-for=203.0.113.9"),
+        "{body}"
+    );
+    assert!(
+        body.lines().any(|l| l == "x-forwarded-proto=https"),
+        "{body}"
+    );
+
+    let s = via_proxy(b"h2").await;
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let resp = h2
+        .send_request(
+            http::Request::get("https://pp.test/echo")
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert!(
+        body.lines().any(|l| l == "x-forwarded-for=203.0.113.9"),
+        "{body}"
+    );
+
+    // No header: the ClientHello is not a PROXY header, and the handshake fails.
+    let tcp = TcpStream::connect(https).await.unwrap();
+    let refused = tokio_rustls::TlsConnector::from(client_config(&h13()))
+        .connect(ServerName::try_from("pp.test").unwrap(), tcp)
+        .await;
+    assert!(refused.is_err());
+}

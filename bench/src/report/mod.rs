@@ -322,7 +322,9 @@ fn markdown(r: &Report) -> String {
         s.push_str("\n## Runs where the requested rate was not kept\n\n");
         s.extend(flagged);
     }
-    s.push_str("\n## Per-request truth (requests without a 2xx, by cause)\n\n| peer | variant | refused | connect timeout | handshake | failed after send (retryable) | response timeout | 5xx | other non-2xx | idle closed |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    if !r.peers.is_empty() {
+        s.push_str("\n## Per-request truth (requests without a 2xx, by cause)\n\n| peer | variant | refused | connect timeout | handshake | failed after send (retryable) | response timeout | 5xx | other non-2xx | idle closed |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    }
     for p in r.peers.iter().filter(|p| p.skipped.is_none()) {
         let c = p.truth.causes();
         s.push_str(&format!(
