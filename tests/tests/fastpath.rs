@@ -176,3 +176,52 @@ async fn a_slow_client_gets_one_deadline_per_head() {
     let (st, _, _) = read_response(&mut c, &mut Vec::new(), false).await.unwrap();
     assert_eq!(st, 200);
 }
+
+/// The request deadline (`--request-timeout`, 504 after) on the fast path, which runs it on the
+/// connection's own timer: an answer slower than the idle wait that brought the request but
+/// within the deadline is served; a slower one is a 504 at the deadline, also when the timer was
+/// last set for a longer wait (a head that came in pieces, under the 60 s head deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deadline_holds_whatever_the_connection_waited_for_before() {
+    let (_s, http, _b, _m) = start(&["--request-timeout", "2"]).await;
+    let mut c = TcpStream::connect(http).await.unwrap();
+    let mut buf = Vec::new();
+    let get = |q: &str| format!("GET /{q} HTTP/1.1\r\nHost: fast.test\r\n\r\n");
+    c.write_all(get("").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut c, &mut buf, false).await.unwrap().0, 200);
+    // Idle for half a second (the wait's timer is then about half a second from firing), then
+    // an answer that takes 1.5 s: past that timer, within the deadline.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = Instant::now();
+    c.write_all(get("?delay_ms=1500").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut c, &mut buf, false).await.unwrap().0, 200);
+    assert!(t.elapsed() >= Duration::from_millis(1500));
+    // An answer that takes 3 s: 504 at the 2 s deadline.
+    let t = Instant::now();
+    c.write_all(get("?delay_ms=3000").as_bytes()).await.unwrap();
+    let (st, _, _) = read_response(&mut c, &mut buf, false).await.unwrap();
+    let took = t.elapsed();
+    assert_eq!(st, 504);
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(2800),
+        "{took:?}"
+    );
+
+    // A head in two pieces: the timer is set to the head deadline (60 s) while it comes in;
+    // the request's 2 s deadline still holds.
+    let mut c = TcpStream::connect(http).await.unwrap();
+    let mut buf = Vec::new();
+    let t = Instant::now();
+    c.write_all(b"GET /?delay_ms=3000 HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(b"Host: fast.test\r\n\r\n").await.unwrap();
+    let (st, _, _) = read_response(&mut c, &mut buf, false).await.unwrap();
+    let took = t.elapsed();
+    assert_eq!(st, 504);
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(2900),
+        "{took:?}"
+    );
+}

@@ -11,6 +11,7 @@
 //! ([`crate::handler::general::handle_in`]) with the route table already loaded.
 
 use std::future::poll_fn;
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -21,6 +22,7 @@ use hyper::body::Incoming;
 use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
 use sluice_config::request_path;
 use sluice_config::{BalancePolicy, HashKey};
+use tokio::time::Sleep;
 
 use crate::handler::ConnInfo;
 use crate::handler::general::{finish, handle_in};
@@ -144,12 +146,15 @@ fn direct_key(b: &BalancePolicy, conn: &ConnInfo, req: &FastReq) -> Option<u64> 
 }
 
 /// Handles a fast-path request. Loads the route table once. `spans` locate the request's
-/// fields in `req.head`; after a [`Answer::Direct`] they locate the response's.
+/// fields in `req.head`; after a [`Answer::Direct`] they locate the response's. `timer` is the
+/// connection's own, idle while a request is in flight: the request deadline runs on it (see
+/// `forward`).
 pub(crate) async fn dispatch(
     dp: &DataPlane,
     conn: &ConnInfo,
     req: FastReq,
     spans: &mut Vec<Span>,
+    timer: Pin<&mut Sleep>,
 ) -> Answer {
     let started = Instant::now();
     let table = dp.routes();
@@ -172,7 +177,7 @@ pub(crate) async fn dispatch(
             && !hashes_fields(&cluster.balance)
             && (!action.ssl_redirect || conn.tls)
         {
-            return forward(dp, conn, action, cluster, req, spans, started).await;
+            return forward(dp, conn, action, cluster, req, spans, (started, timer)).await;
         }
     }
     match req.into_request(spans) {
@@ -222,7 +227,16 @@ fn request_head(req: &FastReq, spans: &[Span], fwd: &ProxyHeaders<'_>) -> Bytes 
     out.freeze()
 }
 
-/// Sends the request to `cluster` and reads the answer's head raw.
+/// Sends the request to `cluster` and reads the answer's head raw, by `started` plus the
+/// request timeout.
+///
+/// The deadline runs on the connection's `timer` rather than a timer of the request's own: a
+/// new timer is entered in tokio's timer wheel when first polled and taken out when dropped,
+/// two takes of the wheel's lock per request. The connection's timer, last set for the wait
+/// that brought this request (usually a second or less ahead), is only moved later, which
+/// tokio does without the lock. An answer within that time never resets it; one that takes
+/// longer finds the timer fired, checks the real deadline and sets the timer to it; a timer
+/// set further ahead than the request's deadline is brought back to it first.
 async fn forward(
     dp: &DataPlane,
     conn: &ConnInfo,
@@ -230,7 +244,7 @@ async fn forward(
     cluster: &Cluster,
     req: FastReq,
     spans: &mut Vec<Span>,
-    started: Instant,
+    (started, mut timer): (Instant, Pin<&mut Sleep>),
 ) -> Answer {
     let s = &dp.settings;
     // Held until the response head is back, as on the general path.
@@ -264,12 +278,25 @@ async fn forward(
         // `timeout` moved the (kilobyte-sized) future twice more per request. The deadline comes
         // from the instant already read.
         tokio::pin!(exchange);
-        let deadline =
-            tokio::time::sleep_until(tokio::time::Instant::from_std(started) + request_timeout);
-        tokio::pin!(deadline);
-        let answer = poll_fn(|cx| match exchange.as_mut().poll(cx) {
-            Poll::Ready(r) => Poll::Ready(Ok(r)),
-            Poll::Pending => deadline.as_mut().poll(cx).map(Err),
+        let deadline = tokio::time::Instant::from_std(started) + request_timeout;
+        if timer.deadline() > deadline {
+            // Set for a longer wait (a head that came in pieces): the request's is nearer.
+            timer.as_mut().reset(deadline);
+        }
+        let answer = poll_fn(|cx| {
+            loop {
+                if let Poll::Ready(r) = exchange.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(r));
+                }
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Poll::Ready(Err(()));
+                }
+                // The wait's time ran out, not the request's.
+                timer.as_mut().reset(deadline);
+            }
         });
         answer.await
     };

@@ -387,7 +387,7 @@ where
         // Pinned where it is made: the handling future is large, and moving it into
         // `watching` cost a copy per request.
         let answer = {
-            let handling = direct::dispatch(&fp.dp, &fp.info, req, &mut spans);
+            let handling = direct::dispatch(&fp.dp, &fp.info, req, &mut spans, timer.as_mut());
             tokio::pin!(handling);
             watching(&mut io, &mut rbuf, limit, handling.as_mut()).await
         };
