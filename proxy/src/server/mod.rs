@@ -3,6 +3,7 @@
 //! HTTP/2 connections get GOAWAY, in-flight requests finish within the deadline).
 
 mod accepted;
+pub mod close_idle;
 pub mod fastpath;
 pub mod listener;
 pub mod passthrough;
@@ -33,6 +34,7 @@ use crate::io::activity::{Activity, SendDeadline, Watched};
 use crate::io::prefixed::Prefixed;
 use crate::state::dataplane::DataPlane;
 use accepted::{Accepted, Plain, Tls, connection};
+use close_idle::CloseIdle;
 use fastpath::{FastPath, Outcome};
 use sluice_config::ServerTls;
 
@@ -93,7 +95,7 @@ pub struct Server {
     stop: watch::Sender<bool>,
     /// Tells fast-path connections waiting for a request to close (hyper's connections get
     /// the same from `graceful`).
-    close_idle: watch::Sender<bool>,
+    close_idle: Arc<CloseIdle>,
     /// Turns true when the drain deadline has passed: tunnels close then.
     deadline: watch::Sender<bool>,
     /// Open tunnels (they outlive the HTTP connections the graceful shutdown counts).
@@ -111,7 +113,7 @@ impl Server {
             opts,
             graceful: Arc::new(GracefulShutdown::new()),
             stop: watch::channel(false).0,
-            close_idle: watch::channel(false).0,
+            close_idle: Arc::default(),
             deadline: watch::channel(false).0,
             tunnels: Arc::new(AtomicUsize::new(0)),
             loops: JoinSet::new(),
@@ -130,14 +132,17 @@ impl Server {
             client_auth: Arc::default(),
             policed: Arc::default(),
             builder: Arc::new(builder(&self.opts)),
-            close_idle: self.close_idle.subscribe(),
+            close_idle: Arc::clone(&self.close_idle),
             deadline: self.deadline.subscribe(),
             tunnels: Arc::clone(&self.tunnels),
         };
         let stop = self.stop.subscribe();
         if self.loops.is_empty() {
-            self.loops
-                .spawn(sweep_idle_loop(Arc::clone(&self.dp), self.stop.subscribe()));
+            self.loops.spawn(sweep_idle_loop(
+                Arc::clone(&self.dp),
+                Arc::clone(&self.close_idle),
+                self.stop.subscribe(),
+            ));
         }
         self.loops.spawn(accept_loop(listener, ctx, stop));
         self.dp.set_listening();
@@ -160,7 +165,7 @@ impl Server {
         let deadline = deadline.saturating_sub(started.elapsed());
         let open = self.graceful.count();
         tracing::info!(open_connections = open, ?deadline, "draining connections");
-        let _ = self.close_idle.send(true);
+        self.close_idle.close();
         let end = tokio::time::Instant::now() + deadline;
         let mut done = match Arc::try_unwrap(self.graceful) {
             Ok(g) => tokio::time::timeout_at(end, g.shutdown()).await.is_ok(),
@@ -184,13 +189,19 @@ impl Server {
 /// How often idle upstream connections are checked for closes and expiry.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Closes dead and expired idle upstream connections every [`SWEEP_EVERY`] until `stop`.
-async fn sweep_idle_loop(dp: Arc<DataPlane>, mut stop: watch::Receiver<bool>) {
+/// Closes dead and expired idle upstream connections every [`SWEEP_EVERY`] until `stop`, and
+/// forgets the client connections that have ended since the last sweep (see [`CloseIdle`]).
+async fn sweep_idle_loop(
+    dp: Arc<DataPlane>,
+    close_idle: Arc<CloseIdle>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             () = tokio::time::sleep(SWEEP_EVERY) => {}
         }
+        close_idle.prune();
         let closed = dp.sweep_idle_connections();
         if closed > 0 {
             tracing::debug!(closed, "idle upstream connections closed");
@@ -208,7 +219,7 @@ struct AcceptCtx {
     client_auth: Arc<tls::ClientAuthAcceptors>,
     policed: Arc<tls::PolicyAcceptor>,
     builder: Arc<auto::Builder<TokioExecutor>>,
-    close_idle: watch::Receiver<bool>,
+    close_idle: Arc<CloseIdle>,
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
 }
@@ -264,7 +275,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             client_idle_timeout: ctx.opts.client_idle_timeout,
             client_send_timeout: ctx.opts.client_send_timeout,
             max_header_size: ctx.opts.max_header_size.max(8192),
-            close_idle: ctx.close_idle.clone(),
+            close_idle: Arc::clone(&ctx.close_idle),
             deadline: ctx.deadline.clone(),
             tunnels: Arc::clone(&ctx.tunnels),
             fast_path: ctx.opts.fast_path,
@@ -305,7 +316,7 @@ struct ConnCtx {
     client_idle_timeout: Duration,
     client_send_timeout: Duration,
     max_header_size: usize,
-    close_idle: watch::Receiver<bool>,
+    close_idle: Arc<CloseIdle>,
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
     fast_path: bool,
@@ -358,7 +369,7 @@ where
             info: Arc::clone(&info),
             header_read_timeout: ctx.header_read_timeout,
             max_header_size: ctx.max_header_size,
-            close_idle: ctx.close_idle.clone(),
+            close_idle: ctx.close_idle.watch(),
             idle_timeout: keep_alive.unwrap_or(ctx.header_read_timeout),
             requests: (0, max_requests),
         };

@@ -32,9 +32,9 @@ use bytes::{Bytes, BytesMut};
 use http::header;
 use http::{Method, Response, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::close_idle::IdleWatch;
 use crate::handler::ConnInfo;
 use crate::handler::direct::{self, Answer, FastReq};
 use crate::handler::local::Local;
@@ -79,8 +79,8 @@ pub struct FastPath {
     pub header_read_timeout: Duration,
     /// Largest request head.
     pub max_header_size: usize,
-    /// Turns true when idle connections must close (graceful shutdown).
-    pub close_idle: watch::Receiver<bool>,
+    /// Says when idle connections must close (graceful shutdown).
+    pub close_idle: IdleWatch,
     /// How long the connection may wait, idle, for the next request's first byte (the
     /// ConfigMap's `keep-alive`; else the head deadline).
     pub idle_timeout: Duration,
@@ -263,7 +263,7 @@ async fn first_bytes<I: AsyncRead + Unpin>(
     io: &mut I,
     rbuf: &mut BytesMut,
     timer: Pin<&mut tokio::time::Sleep>,
-    close_idle: &mut watch::Receiver<bool>,
+    close_idle: &IdleWatch,
 ) -> bool {
     let mut first = [0u8; FIRST_READ];
     tokio::select! {
@@ -277,7 +277,7 @@ async fn first_bytes<I: AsyncRead + Unpin>(
             _ => false,
         },
         () = timer => false,
-        _ = close_idle.changed() => false,
+        () = close_idle.closing() => false,
     }
 }
 
@@ -322,7 +322,7 @@ where
             let read = match ready {
                 Poll::Ready(r) => r,
                 Poll::Pending => {
-                    if rbuf.is_empty() && *fp.close_idle.borrow() {
+                    if rbuf.is_empty() && fp.close_idle.is_closing() {
                         return Outcome::Closed;
                     }
                     // Idle (no byte of the next head yet): the keep-alive time, the buffers
@@ -353,14 +353,14 @@ where
                             // rest of the keep-alive time with none.
                             (rbuf, out, spans) = (BytesMut::new(), BytesMut::new(), Vec::new());
                             timer.as_mut().reset(end);
-                            if !first_bytes(&mut io, &mut rbuf, timer.as_mut(), &mut fp.close_idle)
+                            if !first_bytes(&mut io, &mut rbuf, timer.as_mut(), &fp.close_idle)
                                 .await
                             {
                                 return Outcome::Closed;
                             }
                             continue;
                         }
-                        _ = fp.close_idle.changed(), if idle => return Outcome::Closed,
+                        () = fp.close_idle.closing(), if idle => return Outcome::Closed,
                     }
                 }
             };

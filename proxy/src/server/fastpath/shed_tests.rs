@@ -8,6 +8,7 @@ use std::task::Context;
 use tokio::io::{DuplexStream, ReadBuf, ReadHalf};
 
 use super::*;
+use crate::server::close_idle::CloseIdle;
 use crate::state::settings::ProxySettings;
 
 /// When each read was asked for, and how much room it offered.
@@ -35,6 +36,11 @@ impl AsyncRead for Probe {
 /// Starts the fast path (no routes: every request is answered 404 locally) with the given
 /// keep-alive time; returns the client's end and the reads' record.
 fn start(idle: Duration) -> (DuplexStream, Reads) {
+    start_with(idle, &Arc::default())
+}
+
+/// [`start`], with the shutdown signal for idle connections given.
+fn start_with(idle: Duration, signal: &Arc<CloseIdle>) -> (DuplexStream, Reads) {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let (read, write) = tokio::io::split(server);
     let rooms = Arc::new(Mutex::new(Vec::new()));
@@ -43,20 +49,16 @@ fn start(idle: Duration) -> (DuplexStream, Reads) {
         rooms: Arc::clone(&rooms),
     };
     let addr = "127.0.0.1:9".parse().unwrap();
-    let (tx, close_idle) = watch::channel(false);
     let mut fp = FastPath {
         dp: DataPlane::new(ProxySettings::default(), None).unwrap(),
         info: Arc::new(ConnInfo::new(addr, addr, false, false)),
         header_read_timeout: Duration::from_secs(30),
         max_header_size: 8192,
-        close_idle,
+        close_idle: signal.watch(),
         idle_timeout: idle,
         requests: (0, None),
     };
-    tokio::spawn(async move {
-        let _keep = tx;
-        serve(tokio::io::join(probe, write), &mut fp).await
-    });
+    tokio::spawn(async move { serve(tokio::io::join(probe, write), &mut fp).await });
     (client, rooms)
 }
 
@@ -150,4 +152,29 @@ async fn a_head_begun_after_shedding_runs_under_the_head_deadline() {
         waited >= Duration::from_secs(30) && waited < Duration::from_secs(31),
         "closed {waited:?} after the head began"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_an_idle_connection_at_once_before_and_after_it_sheds() {
+    // Before shedding (the wait with the buffers held) and after (the wait with none): the
+    // close reaches the connection through its registered waker, within a millisecond, long
+    // before the keep-alive time (60 s).
+    for quiet in [SHED_AFTER / 2, SHED_AFTER * 3] {
+        let signal = Arc::new(CloseIdle::default());
+        let (mut c, _) = start_with(Duration::from_secs(60), &signal);
+        assert_eq!(
+            ask(&mut c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 5).await,
+            404
+        );
+        tokio::time::sleep(quiet).await;
+        let asked = Instant::now();
+        signal.close();
+        let mut rest = [0u8; 16];
+        assert_eq!(c.read(&mut rest).await.unwrap(), 0, "closed");
+        assert!(
+            asked.elapsed() < Duration::from_millis(1),
+            "idle {quiet:?}: closed {:?} after the close",
+            asked.elapsed()
+        );
+    }
 }
