@@ -158,6 +158,19 @@ async fn h1_request(
     )
 }
 
+/// One HTTP/2 GET of `uri` over an established TLS stream (ALPN h2).
+async fn h2_get(s: TlsStream<TcpStream>, uri: &str) -> http::Response<hyper::body::Incoming> {
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    h2.send_request(http::Request::get(uri).body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap()
+}
+
 async fn h1(stream: TlsStream<TcpStream>) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
     let (s, c) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -251,20 +264,7 @@ async fn alpn_h2_and_http1_tls12_and_tls13() {
         },
     )
     .await;
-    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut h2, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let resp = h2
-        .send_request(
-            http::Request::get("https://a.test/")
-                .body(Empty::<Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h2_get(s, "https://a.test/").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.version(), http::Version::HTTP_2);
     assert_eq!(resp.headers().get("x-backend").unwrap(), "a");
@@ -622,21 +622,7 @@ async fn a_proxy_protocol_header_precedes_the_tls_handshake() {
         "{body}"
     );
 
-    let s = via_proxy(b"h2").await;
-    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut h2, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let resp = h2
-        .send_request(
-            http::Request::get("https://pp.test/echo")
-                .body(Empty::<Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h2_get(via_proxy(b"h2").await, "https://pp.test/echo").await;
     assert_eq!(resp.status(), 200);
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let body = String::from_utf8_lossy(&body).into_owned();

@@ -17,10 +17,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Common, secs};
+use crate::load::TlsVersion;
 use crate::load::attack::{ack, frame, h2_start, take_frames};
-use crate::load::conn::{Connector, Stream, Verify};
+use crate::load::conn::{Connector, Stream};
 use crate::load::http1;
-use crate::load::{TlsSpec, TlsVersion};
 use crate::peers::{HOST, Peer, PeerKind, Proto};
 use crate::pods::Pods;
 use crate::report::{IdleRow, Report};
@@ -155,16 +155,8 @@ async fn one(kind: PeerKind, c: &Common, v: Variant, n: usize, settle: Duration)
 /// Opens the connections against a started peer and takes the readings.
 async fn measure(peer: &Peer, v: Variant, n: usize, settle: Duration) -> Result<IdleRow, String> {
     let pid = peer.pid().ok_or("the peer has no process to measure")?;
-    let tls = (v != Variant::Http).then(|| {
-        let mut t = peer.tls(TlsVersion::Any, false).unwrap_or_else(|| TlsSpec {
-            version: TlsVersion::Any,
-            verify: Verify::Insecure,
-            resumption: false,
-            server_name: HOST.into(),
-        });
-        t.verify = Verify::Insecure;
-        t
-    });
+    // The peer was started for this variant: TLS unless plain HTTP (certificate not checked).
+    let tls = peer.tls(TlsVersion::Any, false);
     let alpn: &[&[u8]] = if v == Variant::H2 {
         &[b"h2"]
     } else {
