@@ -274,6 +274,18 @@ pub async fn status_text(s: &Serving) -> String {
         .text()
 }
 
+/// `sluice_connections_active` from the admin listener's `/metrics`.
+pub async fn active_connections(admin: SocketAddr) -> u64 {
+    let r = get(&client(), admin, "localhost", "/metrics")
+        .await
+        .unwrap();
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_connections_active "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
 /// Writes a raw request and returns the status line of the answer.
 pub async fn raw_status(addr: SocketAddr, request: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -411,18 +411,6 @@ async fn only_websocket_upgrades_are_tunnelled() {
     s.shutdown(Duration::from_secs(3)).await;
 }
 
-/// `sluice_connections_active` from `/metrics`.
-async fn active_connections(admin: SocketAddr) -> u64 {
-    let r = get(&client(), admin, "localhost", "/metrics")
-        .await
-        .unwrap();
-    r.text()
-        .lines()
-        .find_map(|l| l.strip_prefix("sluice_connections_active "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_dropped_at_the_send_timeout() {
     let b = backend("b").await;

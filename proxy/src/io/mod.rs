@@ -1,6 +1,8 @@
 //! Byte-stream adapters the server and the handlers share: a stream that records activity and
-//! enforces the idle and send deadlines ([`activity`]), and one that replays bytes already read
-//! ([`prefixed`]).
+//! enforces the idle and send deadlines ([`activity`]), one that replays bytes already read
+//! ([`prefixed`]), and one that writes an HTTP/2 connection's ready answers together
+//! ([`coalesce`]).
 
 pub mod activity;
+pub mod coalesce;
 pub mod prefixed;

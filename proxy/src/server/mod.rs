@@ -31,6 +31,7 @@ use hyper::body::Incoming;
 
 use crate::handler::{ConnInfo, handle};
 use crate::io::activity::{Activity, SendDeadline, Watched};
+use crate::io::coalesce::Coalesce;
 use crate::io::prefixed::Prefixed;
 use crate::state::dataplane::DataPlane;
 use accepted::{Accepted, Plain, Tls, connection};
@@ -354,16 +355,39 @@ impl Fresh {
     }
 }
 
-/// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
-/// from the start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
-async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, fast: bool)
+/// How a connection's serving starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Start {
+    /// On the HTTP/1 fast path, handed to hyper if a request needs more.
+    FastPath,
+    /// With hyper, which reads which HTTP version the client speaks.
+    Hyper,
+    /// With hyper, for a client that chose HTTP/2 in the TLS handshake (ALPN `h2`): answers
+    /// that are ready together are written together ([`Coalesce`]).
+    Http2,
+}
+
+impl Start {
+    /// The fast path where the listener allows it, else hyper.
+    fn http1(ctx: &ConnCtx) -> Self {
+        if ctx.fast_path {
+            Start::FastPath
+        } else {
+            Start::Hyper
+        }
+    }
+}
+
+/// Serves one client connection: on the HTTP/1 fast path while it can, then, or from the
+/// start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
+async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, start: Start)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = SendDeadline::new(io, ctx.client_send_timeout);
     // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.
     let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
-    let (io, prefix, served) = if fast {
+    let (io, prefix, served) = if start == Start::FastPath {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),
             info: Arc::clone(&info),
@@ -383,11 +407,12 @@ where
     };
     // Boxed: hyper's connection state (HTTP/1 and HTTP/2) would otherwise be part of every
     // idle fast-path connection's task.
-    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher)).await;
+    let hold = start == Start::Http2;
+    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher, hold)).await;
 }
 
 /// A connection (or the rest of one, after the fast path handed it over with the bytes it had
-/// read) served by hyper.
+/// read) served by hyper; `hold`: writes are coalesced per turn of the task ([`Coalesce`]).
 async fn serve_hyper<I>(
     io: SendDeadline<I>,
     prefix: Bytes,
@@ -395,6 +420,7 @@ async fn serve_hyper<I>(
     info: Arc<ConnInfo>,
     ctx: &ConnCtx,
     watcher: Watcher,
+    hold: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -421,7 +447,10 @@ async fn serve_hyper<I>(
         }
     });
     let activity = Activity::new();
-    let io = Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity));
+    let io = Coalesce::new(
+        Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity)),
+        hold,
+    );
     let conn = ctx
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
