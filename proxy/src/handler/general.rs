@@ -108,60 +108,76 @@ fn refuse_early<B>(req: &Request<B>) -> Option<Local<'static>> {
 }
 
 /// Handles one request end to end. Loads the route table exactly once.
-pub async fn handle(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its future; an async block once"
+)]
+pub fn handle(
     dp: Arc<DataPlane>,
     conn: Arc<ConnInfo>,
     mut req: Request<Option<Incoming>>,
-) -> Response<RespBody> {
-    let table = dp.routes();
-    let started = Instant::now();
-    let Some(log) = dp.access_log() else {
-        return handle_in(&table, &dp, &conn, req, started).await;
-    };
-    let seen = access::Seen::of(
-        &req.method().clone(),
-        &req.uri().clone(),
-        req.version(),
-        req.headers_mut(),
-    );
-    let resp = handle_in(&table, &dp, &conn, req, started).await;
-    log.record(
-        conn.remote.ip(),
-        &seen,
-        &access::Answered::of(&resp),
-        started,
-    );
-    resp
+) -> impl Future<Output = Response<RespBody>> {
+    async move {
+        let table = dp.routes();
+        let started = Instant::now();
+        let Some(log) = dp.access_log() else {
+            return handle_in(&table, &dp, &conn, req, started).await;
+        };
+        let seen = access::Seen::of(
+            &req.method().clone(),
+            &req.uri().clone(),
+            req.version(),
+            req.headers_mut(),
+        );
+        let resp = handle_in(&table, &dp, &conn, req, started).await;
+        log.record(
+            conn.remote.ip(),
+            &seen,
+            &access::Answered::of(&resp),
+            started,
+        );
+        resp
+    }
 }
 
 /// [`handle`] with the route table already loaded (by the fast path, which looked the request
 /// up before deciding it needs the general handler) and the time the request started.
-pub(crate) async fn handle_in(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its future; an async block once"
+)]
+pub(crate) fn handle_in(
     table: &RouteTable,
     dp: &DataPlane,
     conn: &ConnInfo,
     mut req: Request<Option<Incoming>>,
     started: Instant,
-) -> Response<RespBody> {
-    if let Some(refusal) = refuse_early(&req) {
-        return respond_local(dp, refusal, req.version());
+) -> impl Future<Output = Response<RespBody>> {
+    async move {
+        if let Some(refusal) = refuse_early(&req) {
+            return respond_local(dp, refusal, req.version());
+        }
+        if let Err(refusal) = normalize_path(&mut req) {
+            return respond_local(dp, refusal, req.version());
+        }
+        let raw_host = request_host(&req).unwrap_or("");
+        if !raw_host.is_empty() && !valid_request_host(raw_host) {
+            return respond_local(dp, Local::InvalidHost, req.version());
+        }
+        // In a block: the host buffer is not kept across the await below.
+        let found = {
+            let mut buf = HostBuf::default();
+            let host = normalize_request_host(raw_host, &mut buf);
+            table.lookup(host, req.uri().path())
+        };
+        let Some(action) = found else {
+            return respond_local(dp, Local::NoRoute, req.version());
+        };
+        let http1 = req.version() <= Version::HTTP_11;
+        let action = action.choose(req.headers());
+        let resp = route(table, dp, conn, action, req).await;
+        finish(dp, conn, action, resp, http1, started)
     }
-    if let Err(refusal) = normalize_path(&mut req) {
-        return respond_local(dp, refusal, req.version());
-    }
-    let raw_host = request_host(&req).unwrap_or("");
-    if !raw_host.is_empty() && !valid_request_host(raw_host) {
-        return respond_local(dp, Local::InvalidHost, req.version());
-    }
-    let mut buf = HostBuf::default();
-    let host = normalize_request_host(raw_host, &mut buf);
-    let Some(action) = table.lookup(host, req.uri().path()) else {
-        return respond_local(dp, Local::NoRoute, req.version());
-    };
-    let http1 = req.version() <= Version::HTTP_11;
-    let action = action.choose(req.headers());
-    let resp = route(table, dp, conn, action, req).await;
-    finish(dp, conn, action, resp, http1, started)
 }
 
 /// A local answer before any route was chosen, with the response rules every answer gets.
@@ -241,235 +257,254 @@ fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<R
     )
 }
 
-async fn route(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its future; an async block once"
+)]
+fn route(
     table: &RouteTable,
     dp: &DataPlane,
     conn: &ConnInfo,
     action: &Action,
     req: Request<Option<Incoming>>,
-) -> Response<RespBody> {
-    if let Some(edits) = &action.edits
-        && let Some(resp) = edits_answer(edits, conn, &req)
-    {
-        return resp;
-    }
-    if action.ssl_redirect && !conn.tls {
-        let host = request_host(&req).unwrap_or_default().to_string();
-        return Local::HttpsRedirect {
-            host: &host,
-            uri: req.uri(),
-            port: dp.https_port(),
-        }
-        .response();
-    }
-    let cert_fields = match &action.client_cert {
-        Some(rules) => match auth::client_cert(rules, conn, host_of(&req).as_deref()) {
-            auth::Verdict::Pass(fields) => fields,
-            auth::Verdict::Answer(answer) => return answer,
-        },
-        None => None,
-    };
-    let mut cors_origin = None;
-    let client =
-        || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
-    // `satisfy: any` lets a client the ranges refuse in with credentials, and one they admit in
-    // without; `all` (the default) needs both.
-    let satisfy_any = action.edits.as_ref().is_some_and(|e| e.satisfy_any) && action.auth.is_some();
-    let in_range = action
-        .edits
-        .as_ref()
-        .and_then(|e| e.source_ranges.as_ref())
-        .map(|r| r.admits(client()));
-    if in_range == Some(false) && !satisfy_any {
-        return Local::Forbidden.response();
-    }
-    // Held until the response head is back: `limit-connections` counts requests in flight.
-    let _admitted = if action.limiter.is_some() {
-        match action.admit(client()) {
-            Ok(admitted) => admitted,
-            Err(_) => return limited(dp.settings.limit_status),
-        }
-    } else {
-        None
-    };
-    if let Some(cors) = action.edits.as_ref().and_then(|e| e.cors.as_ref()) {
-        cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
-        if let Some(origin) = &cors_origin
-            && req.method() == http::Method::OPTIONS
+) -> impl Future<Output = Response<RespBody>> {
+    async move {
+        if let Some(edits) = &action.edits
+            && let Some(resp) = edits_answer(edits, conn, &req)
         {
-            let mut r = Local::Preflight.response();
-            cors.apply(r.headers_mut(), origin.clone(), true);
-            return r;
+            return resp;
         }
-    }
-    let passed = match &action.auth {
-        Some(gate) if !(satisfy_any && in_range == Some(true)) => {
-            let cx = auth::Asking {
-                conn,
-                host: request_host(&req).unwrap_or_default(),
-                timeout: action
-                    .request_timeout
-                    .unwrap_or(dp.settings.request_timeout),
-                tries: dp.settings.upstream_tries,
-                client: client(),
-                table,
-            };
-            match auth::check(gate, &req, &cx).await {
-                auth::Verdict::Pass(passed) => passed,
+        if action.ssl_redirect && !conn.tls {
+            let host = request_host(&req).unwrap_or_default().to_string();
+            return Local::HttpsRedirect {
+                host: &host,
+                uri: req.uri(),
+                port: dp.https_port(),
+            }
+            .response();
+        }
+        let cert_fields = match &action.client_cert {
+            Some(rules) => match auth::client_cert(rules, conn, host_of(&req).as_deref()) {
+                auth::Verdict::Pass(fields) => fields,
                 auth::Verdict::Answer(answer) => return answer,
+            },
+            None => None,
+        };
+        let mut cors_origin = None;
+        let client =
+            || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
+        // `satisfy: any` lets a client the ranges refuse in with credentials, and one they admit in
+        // without; `all` (the default) needs both.
+        let satisfy_any =
+            action.edits.as_ref().is_some_and(|e| e.satisfy_any) && action.auth.is_some();
+        let in_range = action
+            .edits
+            .as_ref()
+            .and_then(|e| e.source_ranges.as_ref())
+            .map(|r| r.admits(client()));
+        if in_range == Some(false) && !satisfy_any {
+            return Local::Forbidden.response();
+        }
+        // Held until the response head is back: `limit-connections` counts requests in flight.
+        let _admitted = if action.limiter.is_some() {
+            match action.admit(client()) {
+                Ok(admitted) => admitted,
+                Err(_) => return limited(dp.settings.limit_status),
+            }
+        } else {
+            None
+        };
+        if let Some(cors) = action.edits.as_ref().and_then(|e| e.cors.as_ref()) {
+            cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
+            if let Some(origin) = &cors_origin
+                && req.method() == http::Method::OPTIONS
+            {
+                let mut r = Local::Preflight.response();
+                cors.apply(r.headers_mut(), origin.clone(), true);
+                return r;
             }
         }
-        // Admitted by the ranges alone: the fields the auth service would set are still the
-        // auth service's, so a client's own copies go.
-        Some(gate) => auth::skipped(gate),
-        None => None,
-    };
-    // The route's pool, or the Ingress's default backend when that pool is gone or empty.
-    let Some(cluster) = errors::pool_for(action) else {
-        let why: &(dyn std::fmt::Display + Sync) = match &action.target {
-            Target::Unavailable(why) => why,
-            Target::Cluster(_) => &"no pool",
+        let passed = match &action.auth {
+            Some(gate) if !(satisfy_any && in_range == Some(true)) => {
+                let cx = auth::Asking {
+                    conn,
+                    host: request_host(&req).unwrap_or_default(),
+                    timeout: action
+                        .request_timeout
+                        .unwrap_or(dp.settings.request_timeout),
+                    tries: dp.settings.upstream_tries,
+                    client: client(),
+                    table,
+                };
+                // Boxed, like the error page below: only routes with external auth wait on it,
+                // and unboxed it would size every request's future (2.7 KB more, copied into
+                // each HTTP/2 stream's box).
+                match Box::pin(auth::check(gate, &req, &cx)).await {
+                    auth::Verdict::Pass(passed) => passed,
+                    auth::Verdict::Answer(answer) => return answer,
+                }
+            }
+            // Admitted by the ranges alone: the fields the auth service would set are still the
+            // auth service's, so a client's own copies go.
+            Some(gate) => auth::skipped(gate),
+            None => None,
         };
-        return Local::Failed {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            pool: "-",
-            why,
-        }
-        .response();
-    };
-    let s = &dp.settings;
-    let edits = action.edits.as_deref();
-    let max_body_size = action.max_body_size.unwrap_or(s.max_body_size);
-    let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
-    if let Some(len) = length::of_map(req.headers())
-        && len > max_body_size
-    {
-        return Local::BodyTooLarge(max_body_size).response();
-    }
-    let original = edits
-        .filter(|e| !e.custom_errors.is_empty() && action.fallback.is_some())
-        .map(|_| errors::Original::of(req.headers(), req.uri()));
-    let (mut parts, body) = req.into_parts();
-    let h2_up = cluster.protocol.is_h2();
-    let upgrade = !h2_up
-        && lists(&parts.headers, &header::CONNECTION, "upgrade")
-        && parts
-            .headers
-            .get(header::UPGRADE)
-            .is_some_and(|v| upgrade_allowed(v.as_bytes(), &s.allowed_upgrades));
-    let client_upgrade = if upgrade {
-        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
-    } else {
-        None
-    };
-    let authority = parts.uri.authority().map(|a| a.as_str().to_string());
-    hop::strip(&mut parts.headers, upgrade);
-    let h = &mut parts.headers;
-    // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
-    // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
-    if let Some(a) = authority
-        .as_deref()
-        .and_then(|a| HeaderValue::from_str(a).ok())
-    {
-        h.insert(header::HOST, a);
-    }
-    if let Some(e) = edits {
-        e.apply(&mut parts);
-    }
-    for p in [&cert_fields, &passed].into_iter().flatten() {
-        p.apply(&mut parts.headers);
-    }
-    let h = &mut parts.headers;
-    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    if h2_up {
-        parts.version = Version::HTTP_2;
-        let host = h
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("localhost");
-        let scheme = if cluster.protocol.is_tls() {
-            "https"
-        } else {
-            "http"
+        // The route's pool, or the Ingress's default backend when that pool is gone or empty.
+        let Some(cluster) = errors::pool_for(action) else {
+            let why: &(dyn std::fmt::Display + Sync) = match &action.target {
+                Target::Unavailable(why) => why,
+                Target::Cluster(_) => &"no pool",
+            };
+            return Local::Failed {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                pool: "-",
+                why,
+            }
+            .response();
         };
-        parts.uri = format!("{scheme}://{host}{pq}")
-            .parse()
-            .unwrap_or_else(|_| Uri::from_static("/"));
-    }
-    // `affinity: cookie`: a client without the session cookie gets a new one, and this very
-    // request is placed by it, so its next requests land where this one did.
-    let session = edits
-        .and_then(|e| e.affinity.as_ref())
-        .filter(|a| !a.present(&parts.headers))
-        .map(|_| crate::state::edits::SessionCookie::new_value());
-    let key = hash_key(&cluster.balance, &parts, conn, session.as_deref());
-    let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
-    let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
-    let mut fwd = conn.proxy_headers();
-    fwd.underscores = action.underscores_in_headers;
-    let sent = Instant::now();
-    let delivered =
-        match tokio::time::timeout(request_timeout, retry::send(cluster, up_req, plan, &fwd)).await
+        let s = &dp.settings;
+        let edits = action.edits.as_deref();
+        let max_body_size = action.max_body_size.unwrap_or(s.max_body_size);
+        let request_timeout = action.request_timeout.unwrap_or(s.request_timeout);
+        if let Some(len) = length::of_map(req.headers())
+            && len > max_body_size
         {
-            Err(_) => return timed_out(&cluster.name, request_timeout),
-            Ok(Err(e)) => return error_response(&cluster.name, &e),
-            Ok(Ok(d)) => d,
+            return Local::BodyTooLarge(max_body_size).response();
+        }
+        let original = edits
+            .filter(|e| !e.custom_errors.is_empty() && action.fallback.is_some())
+            .map(|_| errors::Original::of(req.headers(), req.uri()));
+        let (mut parts, body) = req.into_parts();
+        let h2_up = cluster.protocol.is_h2();
+        let upgrade = !h2_up
+            && lists(&parts.headers, &header::CONNECTION, "upgrade")
+            && parts
+                .headers
+                .get(header::UPGRADE)
+                .is_some_and(|v| upgrade_allowed(v.as_bytes(), &s.allowed_upgrades));
+        let client_upgrade = if upgrade {
+            parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+        } else {
+            None
         };
-    let retry::Delivered {
-        response,
-        upgrade,
-        endpoint,
-        retries,
-    } = delivered;
-    let (mut rparts, rbody) = response.into_parts();
-    let took = sent.elapsed();
-    cluster.stats.response_duration.observe(took);
-    if dp.access_log().is_some() {
-        rparts.extensions.insert(UpstreamSeen {
-            addr: endpoint.addr,
-            status: rparts.status.as_u16(),
-            duration: took,
+        let authority = parts.uri.authority().map(|a| a.as_str().to_string());
+        hop::strip(&mut parts.headers, upgrade);
+        let h = &mut parts.headers;
+        // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
+        // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
+        if let Some(a) = authority
+            .as_deref()
+            .and_then(|a| HeaderValue::from_str(a).ok())
+        {
+            h.insert(header::HOST, a);
+        }
+        if let Some(e) = edits {
+            e.apply(&mut parts);
+        }
+        for p in [&cert_fields, &passed].into_iter().flatten() {
+            p.apply(&mut parts.headers);
+        }
+        let h = &mut parts.headers;
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        if h2_up {
+            parts.version = Version::HTTP_2;
+            let host = h
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("localhost");
+            let scheme = if cluster.protocol.is_tls() {
+                "https"
+            } else {
+                "http"
+            };
+            parts.uri = format!("{scheme}://{host}{pq}")
+                .parse()
+                .unwrap_or_else(|_| Uri::from_static("/"));
+        }
+        // `affinity: cookie`: a client without the session cookie gets a new one, and this very
+        // request is placed by it, so its next requests land where this one did.
+        let session = edits
+            .and_then(|e| e.affinity.as_ref())
+            .filter(|a| !a.present(&parts.headers))
+            .map(|_| crate::state::edits::SessionCookie::new_value());
+        let key = hash_key(&cluster.balance, &parts, conn, session.as_deref());
+        let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
+        let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
+        let mut fwd = conn.proxy_headers();
+        fwd.underscores = action.underscores_in_headers;
+        let sent = Instant::now();
+        let delivered =
+            match tokio::time::timeout(request_timeout, retry::send(cluster, up_req, plan, &fwd))
+                .await
+            {
+                Err(_) => return timed_out(&cluster.name, request_timeout),
+                Ok(Err(e)) => return error_response(&cluster.name, &e),
+                Ok(Ok(d)) => d,
+            };
+        let retry::Delivered {
+            response,
+            upgrade,
+            endpoint,
             retries,
-        });
-    }
-    if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
-        // The connection now belongs to the tunnel; it never goes back to the pool.
-        let (Some(client), Some(up)) = (client_upgrade, upgrade) else {
-            // A switch nobody asked for: passing it on would leave the client speaking a
-            // protocol we do not tunnel.
-            return unasked_switch(&cluster.name);
+        } = delivered;
+        let (mut rparts, rbody) = response.into_parts();
+        let took = sent.elapsed();
+        cluster.stats.response_duration.observe(took);
+        if dp.access_log().is_some() {
+            rparts.extensions.insert(UpstreamSeen {
+                addr: endpoint.addr,
+                status: rparts.status.as_u16(),
+                duration: took,
+                retries,
+            });
+        }
+        if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
+            // The connection now belongs to the tunnel; it never goes back to the pool.
+            let (Some(client), Some(up)) = (client_upgrade, upgrade) else {
+                // A switch nobody asked for: passing it on would leave the client speaking a
+                // protocol we do not tunnel.
+                return unasked_switch(&cluster.name);
+            };
+            let guard = conn.slot.as_ref().map(crate::handler::Slot::tunnel);
+            tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout, guard));
+            return Response::from_parts(rparts, RespBody::empty());
+        }
+        if let Some(original) = original
+            && errors::intercepts(action, cluster, rparts.status)
+        {
+            // `custom-http-errors`: the default backend's page replaces the answer.
+            // Boxed: a rare answer's 2.9 KB future stays out of every request's.
+            return Box::pin(errors::page(
+                action,
+                conn,
+                rparts.status,
+                original,
+                request_timeout,
+            ))
+            .await;
+        }
+        hop::strip(&mut rparts.headers, false);
+        if let Some(e) = edits {
+            e.set_response_headers(&mut rparts.headers);
+        }
+        if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {
+            cors.apply(&mut rparts.headers, origin, false);
+        }
+        if let (Some(value), Some(a)) = (&session, edits.and_then(|e| e.affinity.as_ref()))
+            && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
+        {
+            rparts.headers.append(header::SET_COOKIE, v);
+        }
+        if let Some(p) = &passed {
+            p.finish(rparts.status, &mut rparts.headers);
+        }
+        rparts.version = Version::HTTP_11;
+        let rbody = match edits.and_then(|e| e.bandwidth) {
+            Some(b) => rbody.throttled(b.rate, b.after),
+            None => rbody,
         };
-        let guard = conn.slot.as_ref().map(crate::handler::Slot::tunnel);
-        tokio::spawn(tunnel(client, up, dp.settings.tunnel_idle_timeout, guard));
-        return Response::from_parts(rparts, RespBody::empty());
+        Response::from_parts(rparts, rbody)
     }
-    if let Some(original) = original
-        && errors::intercepts(action, cluster, rparts.status)
-    {
-        // `custom-http-errors`: the default backend's page replaces the answer.
-        return errors::page(action, conn, rparts.status, original, request_timeout).await;
-    }
-    hop::strip(&mut rparts.headers, false);
-    if let Some(e) = edits {
-        e.set_response_headers(&mut rparts.headers);
-    }
-    if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {
-        cors.apply(&mut rparts.headers, origin, false);
-    }
-    if let (Some(value), Some(a)) = (&session, edits.and_then(|e| e.affinity.as_ref()))
-        && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
-    {
-        rparts.headers.append(header::SET_COOKIE, v);
-    }
-    if let Some(p) = &passed {
-        p.finish(rparts.status, &mut rparts.headers);
-    }
-    rparts.version = Version::HTTP_11;
-    let rbody = match edits.and_then(|e| e.bandwidth) {
-        Some(b) => rbody.throttled(b.rate, b.after),
-        None => rbody,
-    };
-    Response::from_parts(rparts, rbody)
 }
 
 /// The request's hash for a hashing pool: its key as [`request_hash`] reads it (a cookie is
