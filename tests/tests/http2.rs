@@ -1,7 +1,8 @@
-//! HTTP/2 from the client over TLS (ALPN h2), end to end with a real hyper client: many
-//! streams on one connection each get their own answer while the answers that are ready
-//! together are written together; an upload runs beside downloads; and a client that stops
-//! reading cannot make the proxy hold its answers without bound.
+//! HTTP/2 from the client over TLS (ALPN h2) and in cleartext by prior knowledge (h2c), end to
+//! end with a real hyper client: many streams on one connection each get their own answer
+//! while the answers that are ready together are written together; an upload runs beside
+//! downloads; and a client that stops reading cannot make the proxy hold its answers without
+//! bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::pin::Pin;
@@ -26,7 +27,12 @@ async fn sluice(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::B
     m.write("svc.yaml", &service("web"));
     m.write("eps.yaml", &endpoint_slices("web", &[b.addr]));
     m.write("secret.yaml", &tls_secret("cert", &crt, &key));
-    m.write("ing.yaml", &tls_ingress("web", HOST, "cert", "web", &[]));
+    // Cleartext is served too (for h2c), not redirected.
+    let no_redirect = [("nginx.ingress.kubernetes.io/ssl-redirect", "false")];
+    m.write(
+        "ing.yaml",
+        &tls_ingress("web", HOST, "cert", "web", &no_redirect),
+    );
     let s = serve(m.dir.path(), extra).await;
     (s, m, b)
 }
@@ -72,10 +78,25 @@ async fn fetch(mut send: SendRequest<Full<Bytes>>, path: String) -> (u16, Bytes)
         .unwrap_or_else(|_| panic!("{path}: no whole answer within 10 s"))
 }
 
+/// A cleartext connection to `s`'s HTTP listener, for HTTP/2 by prior knowledge.
+async fn h2c(s: &Serving) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(s.running.http_addr.unwrap())
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_stream_gets_its_own_answer_when_many_are_ready_together() {
     let (s, _m, _b) = sluice(&[]).await;
-    let send = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let tls = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    many_streams(tls).await;
+    let clear = h2_client(h2c(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    many_streams(clear).await;
+    s.shutdown(Duration::from_secs(3)).await;
+}
+
+/// Five requests one at a time, then 240 at once, on the connection `send` drives.
+async fn many_streams(send: SendRequest<Full<Bytes>>) {
     // One at a time, with nothing else to push an answer out: each must leave on its own.
     for i in 0..5 {
         let one = fetch(send.clone(), format!("/echo?alone={i}"));
@@ -118,7 +139,6 @@ async fn every_stream_gets_its_own_answer_when_many_are_ready_together() {
         answered += 1;
     }
     assert_eq!(answered, 240);
-    s.shutdown(Duration::from_secs(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

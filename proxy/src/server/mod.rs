@@ -363,7 +363,8 @@ enum Start {
     /// With hyper, which reads which HTTP version the client speaks.
     Hyper,
     /// With hyper, for a client that chose HTTP/2 in the TLS handshake (ALPN `h2`): answers
-    /// that are ready together are written together ([`Coalesce`]).
+    /// that are ready together are written together ([`Coalesce`]; so are a cleartext
+    /// client's that the fast path saw start with the HTTP/2 preface).
     Http2,
 }
 
@@ -407,7 +408,9 @@ where
     };
     // Boxed: hyper's connection state (HTTP/1 and HTTP/2) would otherwise be part of every
     // idle fast-path connection's task.
-    let hold = start == Start::Http2;
+    // HTTP/2: chosen in the TLS handshake, or cleartext with the preface first (h2c by prior
+    // knowledge, seen by the fast path; with the fast path off, h2c is served without holding).
+    let hold = start == Start::Http2 || (served == 0 && fastpath::starts_http2(&prefix));
     Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher, hold)).await;
 }
 
