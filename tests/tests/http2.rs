@@ -274,3 +274,33 @@ async fn a_graceful_stop_delivers_the_answers_in_flight() {
     assert_eq!(answered, 30);
     stop.await.unwrap();
 }
+
+/// A client that chose h2 in the TLS handshake and then speaks HTTP/1.1 is answered in
+/// HTTP/1.1 (hyper reads the protocol from the first bytes), with its writes not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_chose_h2_but_speaks_http1_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (s, _m, _b) = sluice(&[]).await;
+    let mut c = tls_h2(&s).await;
+    let req = format!("GET /?size=3000 HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    for _ in 0..3 {
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let whole = tokio::time::timeout(Duration::from_secs(2), async {
+            while !got.ends_with(&[b'x'; 3000][..]) {
+                let n = c.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        assert!(
+            whole.is_ok(),
+            "no whole answer: {}",
+            String::from_utf8_lossy(&got)
+        );
+        assert!(got.starts_with(b"HTTP/1.1 200"));
+    }
+    s.shutdown(Duration::from_secs(3)).await;
+}
