@@ -274,6 +274,22 @@ pub async fn status_text(s: &Serving) -> String {
         .text()
 }
 
+/// Writes `host` served over HTTPS (a self-signed certificate) and plain HTTP, not redirected,
+/// by the Service `web` with `backend` as its one endpoint.
+pub fn tls_site(m: &Manifests, host: &str, backend: SocketAddr) {
+    let (crt, key) = self_signed(&[host]);
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &service("web"));
+    m.write("eps.yaml", &endpoint_slices("web", &[backend]));
+    m.write("secret.yaml", &tls_secret("cert", &crt, &key));
+    // Plain HTTP is served too (a TLS Ingress redirects it by default).
+    let no_redirect = [("nginx.ingress.kubernetes.io/ssl-redirect", "false")];
+    m.write(
+        "ing.yaml",
+        &tls_ingress("web", host, "cert", "web", &no_redirect),
+    );
+}
+
 /// `sluice_connections_active` from the admin listener's `/metrics`.
 pub async fn active_connections(admin: SocketAddr) -> u64 {
     let r = get(&client(), admin, "localhost", "/metrics")

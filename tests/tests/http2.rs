@@ -21,18 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// sluice serving `HOST` over HTTPS to one backend, with `extra` flags.
 async fn sluice(extra: &[&str]) -> (Serving, Manifests, sluice_bench::backend::Backend) {
     let b = backend("pod").await;
-    let (crt, key) = self_signed(&[HOST]);
     let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &service("web"));
-    m.write("eps.yaml", &endpoint_slices("web", &[b.addr]));
-    m.write("secret.yaml", &tls_secret("cert", &crt, &key));
-    // Cleartext is served too (for h2c), not redirected.
-    let no_redirect = [("nginx.ingress.kubernetes.io/ssl-redirect", "false")];
-    m.write(
-        "ing.yaml",
-        &tls_ingress("web", HOST, "cert", "web", &no_redirect),
-    );
+    tls_site(&m, HOST, b.addr);
     let s = serve(m.dir.path(), extra).await;
     (s, m, b)
 }

@@ -38,18 +38,8 @@ fn connector(addr: std::net::SocketAddr, v: Variant) -> Arc<Connector> {
 /// client connections (the ConfigMap's `keep-alive` and `--client-idle-timeout`).
 async fn sluice(keep_alive: u64) -> (Serving, Manifests, sluice_bench::backend::Backend) {
     let b = backend("pod").await;
-    let (crt, key) = self_signed(&[HOST]);
     let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &service("web"));
-    m.write("eps.yaml", &endpoint_slices("web", &[b.addr]));
-    m.write("secret.yaml", &tls_secret("cert", &crt, &key));
-    // Plain HTTP is served too, not redirected (a TLS Ingress redirects by default).
-    let no_redirect = [("nginx.ingress.kubernetes.io/ssl-redirect", "false")];
-    m.write(
-        "ing.yaml",
-        &tls_ingress("web", HOST, "cert", "web", &no_redirect),
-    );
+    tls_site(&m, HOST, b.addr);
     m.write(
         "cm.yaml",
         &controller_configmap(&format!("  keep-alive: \"{keep_alive}\"\n")),

@@ -44,7 +44,7 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Whether writes are held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Hold {
-    /// Never: passed straight through.
+    /// Never: the connection started with something other than the preface (HTTP/1).
     Off,
     /// Not yet: this many bytes of the HTTP/2 preface have been read so far. A client that
     /// chose h2 in the TLS handshake and then speaks HTTP/1 (which hyper serves) is never
@@ -71,14 +71,15 @@ pub struct Coalesce<I> {
 }
 
 impl<I> Coalesce<I> {
-    /// Wraps `inner`; if `http2`, writes are held once the HTTP/2 preface has been read.
-    pub fn new(inner: I, http2: bool) -> Self {
+    /// Wraps `inner`; writes are held once the HTTP/2 preface has been read from it, and
+    /// pass straight through on a connection that starts any other way.
+    pub fn new(inner: I) -> Self {
         Self {
             inner,
             held: Vec::new(),
             sent: 0,
             owed: false,
-            hold: if http2 { Hold::Unsure(0) } else { Hold::Off },
+            hold: Hold::Unsure(0),
         }
     }
 
@@ -349,7 +350,7 @@ mod tests {
     fn held(room: usize) -> Coalesce<Sock> {
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
-        let mut c = Coalesce::new(Sock::with_room(room), true);
+        let mut c = Coalesce::new(Sock::with_room(room));
         c.inner.incoming = PREFACE.to_vec();
         assert!(read(&mut c, &mut cx).is_ready());
         assert_eq!(c.hold, Hold::On);
@@ -360,7 +361,7 @@ mod tests {
     fn holding_starts_once_the_preface_is_read_even_in_pieces() {
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
-        let mut c = Coalesce::new(Sock::with_room(usize::MAX), true);
+        let mut c = Coalesce::new(Sock::with_room(usize::MAX));
         // Before the preface (hyper's first read): straight through.
         assert!(write(&mut c, &mut cx, b"early").is_ready());
         assert_eq!(c.inner.writes.len(), 1);
@@ -379,7 +380,7 @@ mod tests {
     fn a_client_that_chose_h2_but_speaks_http1_is_never_held() {
         let (wakes, w) = waker();
         let mut cx = Context::from_waker(&w);
-        let mut c = Coalesce::new(Sock::with_room(usize::MAX), true);
+        let mut c = Coalesce::new(Sock::with_room(usize::MAX));
         c.inner.incoming = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         assert!(read(&mut c, &mut cx).is_ready());
         assert_eq!(c.hold, Hold::Off);
@@ -423,7 +424,10 @@ mod tests {
     fn off_it_passes_every_call_straight_through() {
         let (wakes, w) = waker();
         let mut cx = Context::from_waker(&w);
-        let mut c = Coalesce::new(Sock::with_room(usize::MAX), false);
+        let mut c = Coalesce::new(Sock::with_room(usize::MAX));
+        // An HTTP/1 connection: its first bytes are not the preface.
+        c.inner.incoming = b"GET / HTTP/1.1\r\n".to_vec();
+        assert!(read(&mut c, &mut cx).is_ready());
         for answer in [&b"one"[..], b"two"] {
             assert!(matches!(write(&mut c, &mut cx, answer), Poll::Ready(Ok(3))));
             assert!(flush(&mut c, &mut cx).is_ready());

@@ -10,7 +10,7 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 
-use super::{ConnCtx, Start, passthrough, proxy_protocol, serve_conn};
+use super::{ConnCtx, passthrough, proxy_protocol, serve_conn};
 use crate::handler::{ConnInfo, Slot};
 use crate::io::prefixed::Prefixed;
 use crate::state::auth::client_cert::{ClientAuth, ClientCert};
@@ -59,7 +59,7 @@ impl Serve for Plain {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let info = conn_info(peer, ctx);
-        serve_conn(stream, info, ctx, watcher, Start::http1(ctx)).await;
+        serve_conn(stream, info, ctx, watcher, ctx.fast_path).await;
     }
 }
 
@@ -76,7 +76,7 @@ impl Serve for Tls {
         match &ctx.tls {
             Some(base) => serve_tls(stream, info, ctx, watcher, base).await,
             // Only spawned for listeners with TLS; served as cleartext if that ever changes.
-            None => serve_conn(stream, info, ctx, watcher, Start::http1(ctx)).await,
+            None => serve_conn(stream, info, ctx, watcher, ctx.fast_path).await,
         }
     }
 }
@@ -242,12 +242,8 @@ async fn terminate<S>(
                 None => info,
             };
             // HTTP/2 (ALPN h2) goes to hyper; HTTP/1.1 starts on the fast path.
-            let start = if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                Start::Http2
-            } else {
-                Start::http1(ctx)
-            };
-            serve_conn(tls, info, ctx, watcher, start).await;
+            let fast = ctx.fast_path && tls.get_ref().1.alpn_protocol() != Some(b"h2");
+            serve_conn(tls, info, ctx, watcher, fast).await;
         }
         Err(Some(e)) => {
             ctx.dp.handshakes.error();

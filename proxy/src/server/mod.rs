@@ -355,40 +355,16 @@ impl Fresh {
     }
 }
 
-/// How a connection's serving starts.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Start {
-    /// On the HTTP/1 fast path, handed to hyper if a request needs more.
-    FastPath,
-    /// With hyper, which reads which HTTP version the client speaks.
-    Hyper,
-    /// With hyper, for a client that chose HTTP/2 in the TLS handshake (ALPN `h2`): answers
-    /// that are ready together are written together ([`Coalesce`]; so are a cleartext
-    /// client's that the fast path saw start with the HTTP/2 preface).
-    Http2,
-}
-
-impl Start {
-    /// The fast path where the listener allows it, else hyper.
-    fn http1(ctx: &ConnCtx) -> Self {
-        if ctx.fast_path {
-            Start::FastPath
-        } else {
-            Start::Hyper
-        }
-    }
-}
-
-/// Serves one client connection: on the HTTP/1 fast path while it can, then, or from the
-/// start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
-async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, start: Start)
+/// Serves one client connection: on the HTTP/1 fast path while it can (`fast`), then, or
+/// from the start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
+async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, fast: bool)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = SendDeadline::new(io, ctx.client_send_timeout);
     // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.
     let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
-    let (io, prefix, served) = if start == Start::FastPath {
+    let (io, prefix, served) = if fast {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),
             info: Arc::clone(&info),
@@ -408,14 +384,11 @@ where
     };
     // Boxed: hyper's connection state (HTTP/1 and HTTP/2) would otherwise be part of every
     // idle fast-path connection's task.
-    // HTTP/2: chosen in the TLS handshake, or cleartext with the preface first (h2c by prior
-    // knowledge, seen by the fast path; with the fast path off, h2c is served without holding).
-    let hold = start == Start::Http2 || (served == 0 && fastpath::starts_http2(&prefix));
-    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher, hold)).await;
+    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher)).await;
 }
 
 /// A connection (or the rest of one, after the fast path handed it over with the bytes it had
-/// read) served by hyper; `hold`: writes are coalesced per turn of the task ([`Coalesce`]).
+/// read) served by hyper.
 async fn serve_hyper<I>(
     io: SendDeadline<I>,
     prefix: Bytes,
@@ -423,7 +396,6 @@ async fn serve_hyper<I>(
     info: Arc<ConnInfo>,
     ctx: &ConnCtx,
     watcher: Watcher,
-    hold: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -450,10 +422,12 @@ async fn serve_hyper<I>(
         }
     });
     let activity = Activity::new();
-    let io = Coalesce::new(
-        Watched::new(Prefixed::new(prefix, io), Arc::clone(&activity)),
-        hold,
-    );
+    // HTTP/2 clients (over TLS, or h2c) get the answers of one turn written together; the
+    // adapter holds writes only once it has read the HTTP/2 preface.
+    let io = Coalesce::new(Watched::new(
+        Prefixed::new(prefix, io),
+        Arc::clone(&activity),
+    ));
     let conn = ctx
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), svc)

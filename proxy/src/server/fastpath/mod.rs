@@ -68,12 +68,6 @@ const FIRST_READ: usize = 512;
 /// The start of the HTTP/2 connection preface.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
-/// Whether bytes the fast path handed over begin with the HTTP/2 preface (a cleartext client
-/// speaking HTTP/2 by prior knowledge).
-pub fn starts_http2(prefix: &[u8]) -> bool {
-    prefix.starts_with(H2_PREFACE)
-}
-
 /// What the fast path needs about its connection.
 #[derive(Debug)]
 pub struct FastPath {
