@@ -294,3 +294,46 @@ async fn a_client_that_chose_h2_but_speaks_http1_is_answered() {
     }
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// A pod that dies mid-answer (every connection reset) ends that stream with an error, not a
+/// clean end the client could take for the whole body; the client's connection stays up, and
+/// its next request gets an answer at once (a 5xx: the only pod is gone), over TLS and h2c.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_dies_mid_answer_cuts_only_that_stream() {
+    let (s, _m, b) = sluice(&[]).await;
+    let tls = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let clear = h2_client(h2c(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let mut bodies = Vec::new();
+    for mut send in [tls.clone(), clear.clone()] {
+        // 256 MB: far more than the flow-control windows let through before the pod dies.
+        let req = http::Request::get(format!("https://{HOST}/?size=268435456"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let r = send.send_request(req).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let mut body = r.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.data_ref().is_some_and(|d| !d.is_empty()));
+        bodies.push(body);
+    }
+    b.reset().await;
+    for mut body in bodies {
+        let end = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match body.frame().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(()),
+                }
+            }
+        })
+        .await
+        .expect("the cut stream neither ended nor failed");
+        assert!(end.is_err(), "a cut answer ended as if whole");
+    }
+    for send in [tls, clear] {
+        let (status, _) = fetch(send, "/echo".into()).await;
+        assert!((500..600).contains(&status), "{status}");
+    }
+    s.shutdown(Duration::from_secs(3)).await;
+}
