@@ -8,6 +8,7 @@ pub mod fastpath;
 pub mod listener;
 pub mod passthrough;
 pub mod proxy_protocol;
+mod streams;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -38,6 +39,7 @@ use accepted::{Accepted, Plain, Tls, connection};
 use close_idle::CloseIdle;
 use fastpath::{FastPath, Outcome};
 use sluice_config::ServerTls;
+use streams::ConnExec;
 
 /// Listener options.
 #[derive(Debug, Clone)]
@@ -219,14 +221,14 @@ struct AcceptCtx {
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
     policed: Arc<tls::PolicyAcceptor>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<ConnExec>>,
     close_idle: Arc<CloseIdle>,
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
 }
 
-fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
+fn builder(opts: &ServerOptions) -> auto::Builder<ConnExec> {
+    let mut b = auto::Builder::new(ConnExec);
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(opts.header_read_timeout)
@@ -311,7 +313,7 @@ struct ConnCtx {
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
     policed: Arc<tls::PolicyAcceptor>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<ConnExec>>,
     handshake_timeout: Duration,
     header_read_timeout: Duration,
     client_idle_timeout: Duration,
@@ -409,8 +411,9 @@ async fn serve_hyper<I>(
         async move {
             let http1 = req.version() <= http::Version::HTTP_11;
             let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-            // Boxed: hyper spawns an HTTP/2 stream's future as a task of its own, and a small
-            // future is cheaper to move into it than the whole handler's state.
+            // Boxed: hyper boxes each HTTP/2 stream's future into its connection's set
+            // (streams.rs), and a small future is cheaper to move there than the whole
+            // handler's state.
             let mut resp = Box::pin(handle(dp, info, req.map(Some))).await;
             if http1 && max_requests.is_some_and(|max| n >= max as usize) {
                 resp.headers_mut().insert(
@@ -433,7 +436,7 @@ async fn serve_hyper<I>(
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
     tokio::select! {
-        r = watcher.watch(conn) => {
+        r = streams::run(watcher.watch(conn)) => {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "client connection ended with an error");
             }
