@@ -4,7 +4,7 @@
 //! 403 answers, anything else is 500).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header;
 use http::header::{HeaderName, HeaderValue};
@@ -181,7 +181,7 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
         None,
     );
     let fwd = cx.conn.proxy_headers();
-    let sent = retry::send(pool, sub, plan, &fwd);
+    let sent = retry::send(pool, sub, plan, &fwd, Instant::now());
     let response = match tokio::time::timeout(cx.timeout, sent).await {
         Err(_) => {
             return failed(&pool.name, &"no answer within the request timeout");

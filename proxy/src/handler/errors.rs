@@ -5,6 +5,7 @@
 //! `X-Service-Name`, `X-Service-Port` and `X-Request-ID` headers.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -128,7 +129,12 @@ pub(crate) async fn page(
     }
     let plan = Plan::new(&Method::GET, &action.next_upstream, 3, None);
     let fwd = conn.proxy_headers();
-    match tokio::time::timeout(timeout, retry::send(fallback, req, plan, &fwd)).await {
+    match tokio::time::timeout(
+        timeout,
+        retry::send(fallback, req, plan, &fwd, Instant::now()),
+    )
+    .await
+    {
         Err(_) => timed_out(&fallback.name, timeout),
         Ok(Err(e)) => error_response(&fallback.name, &e),
         Ok(Ok(d)) => {

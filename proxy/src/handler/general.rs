@@ -387,16 +387,15 @@ fn route(
         } else {
             None
         };
-        let authority = parts.uri.authority().map(|a| a.as_str().to_string());
         hop::strip(&mut parts.headers, upgrade);
-        let h = &mut parts.headers;
         // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
         // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
-        if let Some(a) = authority
-            .as_deref()
-            .and_then(|a| HeaderValue::from_str(a).ok())
+        if let Some(a) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         {
-            h.insert(header::HOST, a);
+            parts.headers.insert(header::HOST, a);
         }
         if let Some(e) = edits {
             e.apply(&mut parts);
@@ -432,23 +431,24 @@ fn route(
         let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));
         let mut fwd = conn.proxy_headers();
         fwd.underscores = action.underscores_in_headers;
+        // One clock read serves the deadline, the first attempt and the upstream's duration.
         let sent = Instant::now();
-        let delivered =
-            match tokio::time::timeout(request_timeout, retry::send(cluster, up_req, plan, &fwd))
-                .await
-            {
-                Err(_) => return timed_out(&cluster.name, request_timeout),
-                Ok(Err(e)) => return error_response(&cluster.name, &e),
-                Ok(Ok(d)) => d,
-            };
+        let deadline = tokio::time::Instant::from_std(sent + request_timeout);
+        let sending = retry::send(cluster, up_req, plan, &fwd, sent);
+        let delivered = match tokio::time::timeout_at(deadline, sending).await {
+            Err(_) => return timed_out(&cluster.name, request_timeout),
+            Ok(Err(e)) => return error_response(&cluster.name, &e),
+            Ok(Ok(d)) => d,
+        };
         let retry::Delivered {
             response,
             upgrade,
             endpoint,
             retries,
+            answered,
         } = delivered;
         let (mut rparts, rbody) = response.into_parts();
-        let took = sent.elapsed();
+        let took = answered.saturating_duration_since(sent);
         cluster.stats.response_duration.observe(took);
         if dp.access_log().is_some() {
             rparts.extensions.insert(UpstreamSeen {

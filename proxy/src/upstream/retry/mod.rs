@@ -63,6 +63,8 @@ pub struct Delivered {
     pub endpoint: Arc<Endpoint>,
     /// Attempts before the one that answered.
     pub retries: u32,
+    /// When the response head arrived (the clock read the endpoint's latency estimate took).
+    pub answered: Instant,
 }
 
 /// Whether a request with this method may be sent twice (RFC 9110 §9.2.2).
@@ -99,11 +101,14 @@ impl Plan {
 
 /// Sends `req` to `cluster`, following the retry rules in the module docs.
 /// `fwd` are the proxy headers to add (see [`crate::wire::forwarded`]).
+/// `sent`: the caller's clock read for when the request left for the upstream, used for the
+/// first attempt (one clock read fewer per request).
 pub async fn send(
     cluster: &Cluster,
     req: Request<ReqBody>,
     plan: Plan,
     fwd: &ProxyHeaders<'_>,
+    sent: Instant,
 ) -> Result<Delivered, Error> {
     match cluster.protocol {
         UpstreamProtocol::H2c | UpstreamProtocol::H2Tls => {
@@ -112,7 +117,9 @@ pub async fn send(
             // Boxed so that the HTTP/1 path's future does not carry the HTTP/2 one.
             Box::pin(send_h2(cluster, req, plan)).await
         }
-        UpstreamProtocol::Http1 | UpstreamProtocol::Https => send_h1(cluster, req, plan, fwd).await,
+        UpstreamProtocol::Http1 | UpstreamProtocol::Https => {
+            send_h1(cluster, req, plan, fwd, sent).await
+        }
     }
 }
 
@@ -232,22 +239,14 @@ async fn send_h1(
     req: Request<ReqBody>,
     plan: Plan,
     fwd: &ProxyHeaders<'_>,
+    sent: Instant,
 ) -> Result<Delivered, Error> {
     let (mut parts, body) = req.into_parts();
     let framing = wire::request_framing(&parts.method, &mut parts.headers, &body);
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let head = wire::encode_head(&parts.method, target, &parts.headers, framing, fwd);
     let head_request = parts.method == Method::HEAD;
-    let answer = exchange_h1(
-        cluster,
-        &head,
-        body,
-        framing,
-        plan,
-        H1Conn::poll_head,
-        Instant::now(),
-    )
-    .await?;
+    let answer = exchange_h1(cluster, &head, body, framing, plan, H1Conn::poll_head, sent).await?;
     let H1Answer {
         head: mut rhead,
         conn,
@@ -255,7 +254,7 @@ async fn send_h1(
         in_flight,
         endpoint,
         retries,
-        ..
+        answered,
     } = answer;
     let (rframing, keep_alive) = wire::response_framing(&mut rhead, head_request).map_err(|e| {
         count_against(&endpoint, &e);
@@ -281,6 +280,7 @@ async fn send_h1(
         upgrade,
         endpoint,
         retries,
+        answered,
     })
 }
 
@@ -412,7 +412,7 @@ async fn send_h2(cluster: &Cluster, req: Request<ReqBody>, plan: Plan) -> Result
             .await
         {
             Ok(response) => {
-                flight.responded();
+                let answered = flight.responded();
                 let (rparts, inner) = response.into_parts();
                 let in_flight = (!inner.is_end_stream()).then_some(flight);
                 return Ok(Delivered {
@@ -420,6 +420,7 @@ async fn send_h2(cluster: &Cluster, req: Request<ReqBody>, plan: Plan) -> Result
                     upgrade: None,
                     endpoint: ep,
                     retries: att.retries(),
+                    answered,
                 });
             }
             Err(mut e) => {

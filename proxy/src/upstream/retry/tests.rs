@@ -138,7 +138,7 @@ async fn send_one(c: &Cluster, method: Method, plan: Plan) -> Result<Delivered, 
     );
     tokio::time::timeout(
         Duration::from_secs(10),
-        send(c, req, plan, &conn.proxy_headers()),
+        send(c, req, plan, &conn.proxy_headers(), Instant::now()),
     )
     .await
     .expect("the request finished in time")
@@ -347,6 +347,7 @@ async fn a_connect_that_hangs_is_abandoned_at_the_timeout_and_the_request_moves_
             req,
             plan(3, &get, NextUpstream::default()),
             &conn.proxy_headers(),
+            Instant::now(),
         )
         .await
         .unwrap();
