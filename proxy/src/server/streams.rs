@@ -14,6 +14,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -22,9 +23,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 /// A stream's future, type-erased so one set holds them all.
 type Stream = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// A connection's running streams; made when its first stream starts, so a connection that
+/// never has one (HTTP/1 through hyper, an idle HTTP/2 client) carries no set.
+type Streams = RefCell<Option<FuturesUnordered<Isolated<Stream>>>>;
+
 tokio::task_local! {
     /// The streams of the connection whose task is running.
-    static STREAMS: RefCell<FuturesUnordered<Stream>>;
+    static STREAMS: Streams;
 }
 
 /// hyper's executor for client connections: runs a stream inside the connection's task when
@@ -41,10 +46,12 @@ where
         // `try_borrow_mut` fails only when a stream itself starts one (hyper's upgraded
         // CONNECT), while the set is being polled: that one is spawned.
         let _ = STREAMS.try_with(|set| {
-            if let Ok(set) = set.try_borrow_mut()
+            if let Ok(mut set) = set.try_borrow_mut()
                 && let Some(f) = fut.take()
             {
-                set.push(Box::pin(f));
+                let f: Stream = Box::pin(f);
+                set.get_or_insert_with(FuturesUnordered::new)
+                    .push(Isolated(f));
             }
         });
         if let Some(f) = fut {
@@ -56,9 +63,26 @@ where
 /// Serves `conn` with its HTTP/2 streams in the same task. Resolves with the connection's own
 /// output; streams still running then are dropped with it (their client connection is gone, so
 /// no answer of theirs could be delivered, and dropping them cancels their upstream requests).
-pub async fn run<C: Future>(conn: C) -> C::Output {
-    let mut conn = std::pin::pin!(conn);
-    let together = std::future::poll_fn(move |cx| {
+///
+/// Not an `async fn`: one would keep `conn` twice in its state (the argument, then the pinned
+/// local), and hyper's connection state is kilobytes in every idle connection's task.
+pub fn run<C: Future>(conn: C) -> impl Future<Output = C::Output> {
+    STREAMS.scope(RefCell::new(None), Together { conn })
+}
+
+pin_project_lite::pin_project! {
+    /// A connection and its streams, polled as one future.
+    struct Together<C> {
+        #[pin]
+        conn: C,
+    }
+}
+
+impl<C: Future> Future for Together<C> {
+    type Output = C::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        let mut conn = self.project().conn;
         // Read: new requests start streams into the set.
         if let Poll::Ready(out) = conn.as_mut().poll(cx) {
             return Poll::Ready(out);
@@ -66,31 +90,48 @@ pub async fn run<C: Future>(conn: C) -> C::Output {
         if !poll_streams(cx) {
             return Poll::Pending;
         }
-        // A stream ran: what it queued (headers, body, a reset) is written now rather than
+        // Streams ran: what they queued (headers, body, a reset) is written now rather than
         // on another trip through the scheduler.
-        conn.as_mut().poll(cx)
-    });
-    STREAMS
-        .scope(RefCell::new(FuturesUnordered::new()), together)
-        .await
+        conn.poll(cx)
+    }
 }
 
-/// Polls the running streams until none is ready; true if any ran.
+/// Polls the connection's streams until none is ready; false if it has none.
 fn poll_streams(cx: &mut Context<'_>) -> bool {
     STREAMS
         .try_with(|set| {
             let Ok(mut set) = set.try_borrow_mut() else {
                 return false;
             };
-            if set.is_empty() {
+            let Some(set) = set.as_mut().filter(|s| !s.is_empty()) else {
                 return false;
-            }
+            };
             // `FuturesUnordered` yields (returns Pending after waking itself) once it has
             // polled as many futures as it holds, so this loop ends.
             while let Poll::Ready(Some(())) = set.poll_next_unpin(cx) {}
             true
         })
         .unwrap_or(false)
+}
+
+/// A stream that panics ends alone, as it did as a task of its own: the connection and its
+/// other streams go on. (sluice does not panic on input; this keeps a bug's reach to one
+/// request.)
+struct Isolated<F>(F);
+
+impl<F: Future<Output = ()> + Unpin> Future for Isolated<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let fut = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(fut).poll(cx))) {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::error!("an HTTP/2 stream's handler panicked; that stream was reset");
+                Poll::Ready(())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -122,8 +163,8 @@ mod tests {
                     r.fetch_add(1, Ordering::SeqCst);
                 });
                 // In the set, not spawned.
-                let held = STREAMS.with(|s| s.borrow().len());
-                assert_eq!(held, 1);
+                let held = STREAMS.with(|s| s.borrow().as_ref().map(FuturesUnordered::len));
+                assert_eq!(held, Some(1));
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(());
                 }
@@ -203,5 +244,37 @@ mod tests {
         });
         run(conn).await;
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    /// A stream that panics ends alone: the connection's other stream still finishes, and the
+    /// connection itself goes on to its end.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_panicking_stream_ends_alone() {
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = Arc::clone(&done);
+        let mut started = false;
+        let conn = std::future::poll_fn(move |cx| {
+            if !started {
+                started = true;
+                ConnExec.execute(async {
+                    tokio::task::yield_now().await;
+                    panic!("a bug in one request");
+                });
+                let d = Arc::clone(&d);
+                ConnExec.execute(async move {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                    d.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            if d.load(Ordering::SeqCst) == 1 {
+                Poll::Ready("ended")
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        });
+        assert_eq!(run(conn).await, "ended");
+        assert_eq!(done.load(Ordering::SeqCst), 1);
     }
 }
