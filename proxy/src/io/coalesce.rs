@@ -10,7 +10,8 @@
 //!
 //! How: with holding on, a write copies into a buffer and succeeds at once; a flush with
 //! something held succeeds at once too and wakes the task, which the runtime then polls again
-//! after the tasks already queued (among them, the streams whose answers are about to be ready).
+//! after the tasks already queued (the other connections, and the upstream reads that bring the
+//! answers of this connection's streams, which run in its task: `server/streams.rs`).
 //! The held bytes go out first thing on that next turn: before any read, and before the stream
 //! is shut down. The wake makes the next turn certain; `h2` reads on every turn of an open
 //! connection, and flushes then shuts down the stream on every close. The cost is one more poll

@@ -12,7 +12,7 @@
 //! The trade: one connection's streams share one core. That is how the connection's frames were
 //! already handled (hyper's `h2` connection is one future), and how nginx and HAProxy do it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -23,9 +23,17 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 /// A stream's future, type-erased so one set holds them all.
 type Stream = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A connection's running streams; made when its first stream starts, so a connection that
-/// never has one (HTTP/1 through hyper, an idle HTTP/2 client) carries no set.
-type Streams = RefCell<Option<FuturesUnordered<Isolated<Stream>>>>;
+/// A connection's running streams.
+struct Streams {
+    /// Made when the first stream starts, so a connection that never has one (HTTP/1 through
+    /// hyper, an HTTP/2 client that sends nothing) carries no set; kept after that (about
+    /// 150 bytes), so that a busy connection does not make one per batch of streams.
+    set: RefCell<Option<FuturesUnordered<Isolated<Stream>>>>,
+    /// A stream was added: `FuturesUnordered::push` queues it without waking anyone.
+    pushed: Cell<bool>,
+    /// A stream was polled in this turn.
+    ran: Cell<bool>,
+}
 
 tokio::task_local! {
     /// The streams of the connection whose task is running.
@@ -45,13 +53,14 @@ where
         let mut fut = Some(fut);
         // `try_borrow_mut` fails only when a stream itself starts one (hyper's upgraded
         // CONNECT), while the set is being polled: that one is spawned.
-        let _ = STREAMS.try_with(|set| {
-            if let Ok(mut set) = set.try_borrow_mut()
+        let _ = STREAMS.try_with(|streams| {
+            if let Ok(mut set) = streams.set.try_borrow_mut()
                 && let Some(f) = fut.take()
             {
                 let f: Stream = Box::pin(f);
                 set.get_or_insert_with(FuturesUnordered::new)
                     .push(Isolated(f));
+                streams.pushed.set(true);
             }
         });
         if let Some(f) = fut {
@@ -65,9 +74,16 @@ where
 /// no answer of theirs could be delivered, and dropping them cancels their upstream requests).
 ///
 /// Not an `async fn`: one would keep `conn` twice in its state (the argument, then the pinned
-/// local), and hyper's connection state is kilobytes in every idle connection's task.
+/// local), and hyper's connection state is kilobytes in every idle connection's task. A stream
+/// must not itself call `run` (a task-local scope cannot be entered while its value is
+/// borrowed, as it is while the streams are polled); hyper's streams do not.
 pub fn run<C: Future>(conn: C) -> impl Future<Output = C::Output> {
-    STREAMS.scope(RefCell::new(None), Together { conn })
+    let streams = Streams {
+        set: RefCell::new(None),
+        pushed: Cell::new(false),
+        ran: Cell::new(false),
+    };
+    STREAMS.scope(streams, Together { conn })
 }
 
 pin_project_lite::pin_project! {
@@ -83,7 +99,7 @@ impl<C: Future> Future for Together<C> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let mut conn = self.project().conn;
-        // Read: new requests start streams into the set.
+        // Read: new requests start streams into the set, where the next step polls them.
         if let Poll::Ready(out) = conn.as_mut().poll(cx) {
             return Poll::Ready(out);
         }
@@ -92,24 +108,34 @@ impl<C: Future> Future for Together<C> {
         }
         // Streams ran: what they queued (headers, body, a reset) is written now rather than
         // on another trip through the scheduler.
-        conn.poll(cx)
+        let _ = STREAMS.try_with(|s| s.pushed.set(false));
+        if let Poll::Ready(out) = conn.poll(cx) {
+            return Poll::Ready(out);
+        }
+        // That poll read too, and may have started streams: nothing else would wake the task
+        // for them.
+        if STREAMS.try_with(|s| s.pushed.take()).unwrap_or(false) {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 }
 
-/// Polls the connection's streams until none is ready; false if it has none.
+/// Polls the connection's ready streams until none is left; true if any was polled.
 fn poll_streams(cx: &mut Context<'_>) -> bool {
     STREAMS
-        .try_with(|set| {
-            let Ok(mut set) = set.try_borrow_mut() else {
+        .try_with(|streams| {
+            let Ok(mut set) = streams.set.try_borrow_mut() else {
                 return false;
             };
             let Some(set) = set.as_mut().filter(|s| !s.is_empty()) else {
                 return false;
             };
+            streams.ran.set(false);
             // `FuturesUnordered` yields (returns Pending after waking itself) once it has
             // polled as many futures as it holds, so this loop ends.
             while let Poll::Ready(Some(())) = set.poll_next_unpin(cx) {}
-            true
+            streams.ran.get()
         })
         .unwrap_or(false)
 }
@@ -123,6 +149,7 @@ impl<F: Future<Output = ()> + Unpin> Future for Isolated<F> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let _ = STREAMS.try_with(|s| s.ran.set(true));
         let fut = &mut self.0;
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(fut).poll(cx))) {
             Ok(p) => p,
@@ -142,8 +169,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::oneshot;
 
-    /// A stream started while a connection is polled runs in that connection's task: it
-    /// finishes although the runtime never runs another task, and the connection sees it.
+    /// A stream started while a connection is polled goes into that connection's set (not
+    /// spawned) and finishes there.
     #[tokio::test(flavor = "current_thread")]
     async fn a_stream_started_by_the_connection_runs_in_its_task() {
         let ran = Arc::new(AtomicUsize::new(0));
@@ -163,7 +190,7 @@ mod tests {
                     r.fetch_add(1, Ordering::SeqCst);
                 });
                 // In the set, not spawned.
-                let held = STREAMS.with(|s| s.borrow().as_ref().map(FuturesUnordered::len));
+                let held = STREAMS.with(|s| s.set.borrow().as_ref().map(FuturesUnordered::len));
                 assert_eq!(held, Some(1));
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(());
@@ -203,8 +230,10 @@ mod tests {
                 let tx = tx.take();
                 ConnExec.execute(async move {
                     ConnExec.execute(async move {
+                        // Spawned: a task of its own, outside the connection's scope.
+                        let outside = STREAMS.try_with(|_| ()).is_err();
                         if let Some(tx) = tx {
-                            let _ = tx.send(9);
+                            let _ = tx.send(outside);
                         }
                     });
                 });
@@ -213,7 +242,7 @@ mod tests {
         });
         tokio::select! {
             () = run(conn) => unreachable!("the connection never ends"),
-            v = rx => assert_eq!(v.ok(), Some(9)),
+            v = rx => assert_eq!(v.ok(), Some(true)),
         }
     }
 
@@ -276,5 +305,84 @@ mod tests {
         });
         assert_eq!(run(conn).await, "ended");
         assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    /// A stream woken from elsewhere (its upstream answered) runs although its connection
+    /// never wakes itself, and the connection is polled again after it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_woken_stream_runs_in_a_quiet_connection() {
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = Arc::clone(&done);
+        let mut started = false;
+        let conn = std::future::poll_fn(move |_cx| {
+            if !started {
+                started = true;
+                let (tx, rx) = oneshot::channel::<()>();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    let _ = tx.send(());
+                });
+                let d = Arc::clone(&d);
+                ConnExec.execute(async move {
+                    let _ = rx.await;
+                    d.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            if d.load(Ordering::SeqCst) == 1 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        assert!(
+            ended_in_time(run(conn)).await,
+            "the stream's wake reached the connection's task"
+        );
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    /// A stream started by the connection's second poll of a turn (the one after its streams
+    /// ran) is polled on the next turn: `push` wakes nobody, so the set's owner must.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stream_started_by_the_second_poll_is_not_forgotten() {
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = Arc::clone(&done);
+        let mut polls = 0;
+        let conn = std::future::poll_fn(move |_cx| {
+            polls += 1;
+            match polls {
+                // First poll of the turn: a stream that finishes at once, so that the
+                // connection is polled a second time.
+                1 => ConnExec.execute(async {}),
+                // The second: a stream, and no wake of our own.
+                2 => {
+                    let d = Arc::clone(&d);
+                    ConnExec.execute(async move {
+                        d.fetch_add(1, Ordering::SeqCst);
+                    });
+                }
+                _ => {}
+            }
+            if d.load(Ordering::SeqCst) == 1 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        assert!(
+            ended_in_time(run(conn)).await,
+            "the stream started by the second poll ran"
+        );
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    /// Whether `fut` ends before a 5 s timer. The timer is looked at first: a `timeout` would
+    /// poll `fut` once more when it fires, and so hide a missing wake.
+    async fn ended_in_time(fut: impl Future<Output = ()>) -> bool {
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => false,
+            () = fut => true,
+        }
     }
 }
