@@ -312,32 +312,22 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_woken_stream_runs_in_a_quiet_connection() {
         let done = Arc::new(AtomicUsize::new(0));
-        let d = Arc::clone(&done);
-        let mut started = false;
-        let conn = std::future::poll_fn(move |_cx| {
-            if !started {
-                started = true;
+        let conn = quiet_conn(&done, |poll, d| {
+            if poll == 1 {
                 let (tx, rx) = oneshot::channel::<()>();
                 tokio::spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     let _ = tx.send(());
                 });
-                let d = Arc::clone(&d);
+                let d = Arc::clone(d);
                 ConnExec.execute(async move {
                     let _ = rx.await;
                     d.fetch_add(1, Ordering::SeqCst);
                 });
             }
-            if d.load(Ordering::SeqCst) == 1 {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
         });
-        assert!(
-            ended_in_time(run(conn)).await,
-            "the stream's wake reached the connection's task"
-        );
+        let ended = ended_in_time(run(conn)).await;
+        assert!(ended, "the stream's wake reached the connection's task");
         assert_eq!(done.load(Ordering::SeqCst), 1);
     }
 
@@ -346,34 +336,41 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_stream_started_by_the_second_poll_is_not_forgotten() {
         let done = Arc::new(AtomicUsize::new(0));
-        let d = Arc::clone(&done);
-        let mut polls = 0;
-        let conn = std::future::poll_fn(move |_cx| {
-            polls += 1;
-            match polls {
-                // First poll of the turn: a stream that finishes at once, so that the
-                // connection is polled a second time.
-                1 => ConnExec.execute(async {}),
-                // The second: a stream, and no wake of our own.
-                2 => {
-                    let d = Arc::clone(&d);
-                    ConnExec.execute(async move {
-                        d.fetch_add(1, Ordering::SeqCst);
-                    });
-                }
-                _ => {}
+        let conn = quiet_conn(&done, |poll, d| match poll {
+            // First poll of the turn: a stream that finishes at once, so that the connection
+            // is polled a second time.
+            1 => ConnExec.execute(async {}),
+            // The second: a stream, and no wake of the connection's own.
+            2 => {
+                let d = Arc::clone(d);
+                ConnExec.execute(async move {
+                    d.fetch_add(1, Ordering::SeqCst);
+                });
             }
-            if d.load(Ordering::SeqCst) == 1 {
+            _ => {}
+        });
+        let ended = ended_in_time(run(conn)).await;
+        assert!(ended, "the stream started by the second poll ran");
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    /// A connection that never wakes itself: `start` runs on each of its polls (numbered from
+    /// 1), and it ends once `done` reads 1.
+    fn quiet_conn(
+        done: &Arc<AtomicUsize>,
+        mut start: impl FnMut(u32, &Arc<AtomicUsize>),
+    ) -> impl Future<Output = ()> {
+        let done = Arc::clone(done);
+        let mut polls = 0;
+        std::future::poll_fn(move |_cx| {
+            polls += 1;
+            start(polls, &done);
+            if done.load(Ordering::SeqCst) == 1 {
                 Poll::Ready(())
             } else {
                 Poll::Pending
             }
-        });
-        assert!(
-            ended_in_time(run(conn)).await,
-            "the stream started by the second poll ran"
-        );
-        assert_eq!(done.load(Ordering::SeqCst), 1);
+        })
     }
 
     /// Whether `fut` ends before a 5 s timer. The timer is looked at first: a `timeout` would
