@@ -337,3 +337,30 @@ async fn a_pod_that_dies_mid_answer_cuts_only_that_stream() {
     }
     s.shutdown(Duration::from_secs(3)).await;
 }
+
+/// The streams of one connection run in its task (`server/streams.rs`): a stream waiting on a
+/// slow pod must not hold back the others. Twenty quick requests started after a slow one on
+/// the same connection are all answered while the slow one is still waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_stream_does_not_hold_back_the_others_on_its_connection() {
+    let (s, _m, _b) = sluice(&[]).await;
+    let send = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let slow = tokio::spawn(fetch(send.clone(), "/echo?delay_ms=2500".into()));
+    // Let the slow request reach the pod first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut quick = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        quick.spawn(fetch(send.clone(), format!("/echo?quick={i}")));
+    }
+    while let Some(r) = quick.join_next().await {
+        assert_eq!(r.unwrap().0, 200);
+        assert!(
+            !slow.is_finished(),
+            "a quick answer waited for the slow one"
+        );
+    }
+    let (status, body) = slow.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("delay_ms=2500"));
+    s.shutdown(Duration::from_secs(3)).await;
+}
