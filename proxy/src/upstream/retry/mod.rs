@@ -115,7 +115,7 @@ pub async fn send(
             let mut req = req;
             fwd.apply(req.headers_mut());
             // Boxed so that the HTTP/1 path's future does not carry the HTTP/2 one.
-            Box::pin(send_h2(cluster, req, plan)).await
+            Box::pin(send_h2(cluster, req, plan, sent)).await
         }
         UpstreamProtocol::Http1 | UpstreamProtocol::Https => {
             send_h1(cluster, req, plan, fwd, sent).await
@@ -153,12 +153,17 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// The endpoint for the next attempt, if another attempt is allowed.
-    fn next(&mut self) -> Option<Arc<Endpoint>> {
-        self.next_at(Instant::now())
+    /// The time for the next attempt: the caller's read of the clock (`started`) for the first,
+    /// a fresh read for a retry.
+    fn now(&self, started: Instant) -> Instant {
+        if self.attempt == 0 {
+            started
+        } else {
+            Instant::now()
+        }
     }
 
-    /// [`Attempts::next`] with the time already read.
+    /// The endpoint for the attempt made at `now`, if another attempt is allowed.
     fn next_at(&mut self, now: Instant) -> Option<Arc<Endpoint>> {
         if self.attempt >= 2 * self.tries + 2 || self.tried.len() >= self.tries {
             return None;
@@ -322,11 +327,7 @@ pub async fn exchange_h1<H>(
     let mut att = Attempts::new(cluster, plan);
     let mut body = Some(body);
     while let Some(b) = body.take() {
-        let now = if att.attempt == 0 {
-            started
-        } else {
-            Instant::now()
-        };
+        let now = att.now(started);
         let Some(ep) = att.next_at(now) else { break };
         let flight = ep.start_at(now);
         let fresh = std::mem::take(&mut att.fresh);
@@ -390,12 +391,18 @@ fn copy_head(parts: &Parts) -> Request<ReqBody> {
 }
 
 /// HTTP/2 cleartext through hyper's client on the pool's shared connection.
-async fn send_h2(cluster: &Cluster, req: Request<ReqBody>, plan: Plan) -> Result<Delivered, Error> {
+async fn send_h2(
+    cluster: &Cluster,
+    req: Request<ReqBody>,
+    plan: Plan,
+    sent: Instant,
+) -> Result<Delivered, Error> {
     let mut att = Attempts::new(cluster, plan);
     let mut pending = Some(req);
     while let Some(req) = pending.take() {
-        let Some(ep) = att.next() else { break };
-        let flight = ep.start();
+        let now = att.now(sent);
+        let Some(ep) = att.next_at(now) else { break };
+        let flight = ep.start_at(now);
         let (mut sender, reused) = match ep.pool.checkout_h2().await {
             Ok(c) => c,
             Err(e) => {
