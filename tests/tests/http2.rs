@@ -52,6 +52,16 @@ where
     send
 }
 
+/// An HTTP/2 client over TLS (ALPN h2) to `s`, with hyper's default settings.
+async fn tls_client(s: &Serving) -> SendRequest<Full<Bytes>> {
+    h2_client(tls_h2(s).await, &mut Builder::new(TokioExecutor::new())).await
+}
+
+/// An HTTP/2 client in cleartext by prior knowledge (h2c) to `s`, with hyper's defaults.
+async fn clear_client(s: &Serving) -> SendRequest<Full<Bytes>> {
+    h2_client(h2c(s).await, &mut Builder::new(TokioExecutor::new())).await
+}
+
 /// `GET`s `path` and returns the status and the whole body, within 10 seconds.
 async fn fetch(mut send: SendRequest<Full<Bytes>>, path: String) -> (u16, Bytes) {
     let req = http::Request::get(format!("https://{HOST}{path}"))
@@ -78,9 +88,9 @@ async fn h2c(s: &Serving) -> tokio::net::TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_stream_gets_its_own_answer_when_many_are_ready_together() {
     let (s, _m, _b) = sluice(&[]).await;
-    let tls = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let tls = tls_client(&s).await;
     many_streams(tls).await;
-    let clear = h2_client(h2c(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let clear = clear_client(&s).await;
     many_streams(clear).await;
     s.shutdown(Duration::from_secs(3)).await;
 }
@@ -134,7 +144,7 @@ async fn many_streams(send: SendRequest<Full<Bytes>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_beside_downloads_on_one_connection() {
     let (s, _m, _b) = sluice(&[]).await;
-    let send = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let send = tls_client(&s).await;
     let mut all = tokio::task::JoinSet::new();
     for i in 0..20usize {
         let send = send.clone();
@@ -235,7 +245,7 @@ async fn an_http2_client_that_stops_reading_is_dropped_at_the_send_timeout() {
         "an HTTP/2 client that reads nothing kept its connection"
     );
     // Everyone else is still served, on a new connection.
-    let other = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let other = tls_client(&s).await;
     assert_eq!(fetch(other, "/?size=5000".into()).await.1.len(), 5000);
     drop((held, send));
     s.shutdown(Duration::from_secs(3)).await;
@@ -246,7 +256,7 @@ async fn an_http2_client_that_stops_reading_is_dropped_at_the_send_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_delivers_the_answers_in_flight() {
     let (s, _m, _b) = sluice(&[]).await;
-    let send = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let send = tls_client(&s).await;
     let mut all = tokio::task::JoinSet::new();
     for i in 0..30usize {
         let send = send.clone();
@@ -301,8 +311,8 @@ async fn a_client_that_chose_h2_but_speaks_http1_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_dies_mid_answer_cuts_only_that_stream() {
     let (s, _m, b) = sluice(&[]).await;
-    let tls = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
-    let clear = h2_client(h2c(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let tls = tls_client(&s).await;
+    let clear = clear_client(&s).await;
     let mut bodies = Vec::new();
     for mut send in [tls.clone(), clear.clone()] {
         // 256 MB: far more than the flow-control windows let through before the pod dies.
@@ -344,7 +354,7 @@ async fn a_pod_that_dies_mid_answer_cuts_only_that_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_stream_does_not_hold_back_the_others_on_its_connection() {
     let (s, _m, _b) = sluice(&[]).await;
-    let send = h2_client(tls_h2(&s).await, &mut Builder::new(TokioExecutor::new())).await;
+    let send = tls_client(&s).await;
     let slow = tokio::spawn(fetch(send.clone(), "/echo?delay_ms=2500".into()));
     // Let the slow request reach the pod first.
     tokio::time::sleep(Duration::from_millis(100)).await;
