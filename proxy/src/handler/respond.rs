@@ -178,7 +178,8 @@ impl<'a> HeadWriter<'a> {
 }
 
 /// Writes a response whose fields are in a header map; returns whether the connection is
-/// still clean (body complete and as long as announced).
+/// still clean (body complete and as long as announced). With `close`, the final bytes stay
+/// in `out` (see [`send_body`]).
 pub(crate) async fn respond<I: AsyncWrite + Unpin>(
     io: &mut I,
     out: &mut BytesMut,
@@ -199,16 +200,19 @@ pub(crate) async fn respond<I: AsyncWrite + Unpin>(
         close,
         has_connection,
     );
-    send_body(io, out, body, framing).await
+    send_body(io, out, body, framing, close).await
 }
 
 /// Writes the head in `out` and then `body` with the head's framing; returns whether the
-/// connection is still clean (body complete and as long as announced).
+/// connection is still clean (body complete and as long as announced). With `last` (the
+/// connection closes after this answer) the final bytes stay in `out`, for
+/// [`crate::io::finish::finish`] to send with the close.
 pub(crate) async fn send_body<I, B>(
     io: &mut I,
     out: &mut BytesMut,
     body: B,
     framing: BodyFraming,
+    last: bool,
 ) -> std::io::Result<bool>
 where
     I: AsyncWrite + Unpin,
@@ -223,6 +227,9 @@ where
     let mut body = body;
     if bodyless {
         drop(body);
+        if last {
+            return Ok(true);
+        }
         io.write_all(out).await?;
         io.flush().await?;
         return Ok(true);
@@ -275,6 +282,9 @@ where
     };
     if clean && chunked {
         out.put_slice(b"0\r\n\r\n");
+    }
+    if last {
+        return Ok(clean);
     }
     io.write_all(out).await?;
     io.flush().await?;

@@ -234,8 +234,12 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for SendDeadline<I> {
         this.check(cx, r)
     }
 
+    /// Under the deadline too: over TLS, closing writes (`close_notify`, and whatever records
+    /// were still queued), and a client that stopped reading would hold the close forever.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.check(cx, r)
     }
 
     fn poll_write_vectored(
@@ -250,6 +254,17 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for SendDeadline<I> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+/// Staging writes nothing; the flush that sends what was staged runs under the deadline.
+impl<I: super::finish::Finish> super::finish::Finish for SendDeadline<I> {
+    fn stage(&mut self, bytes: &[u8]) -> usize {
+        self.inner.stage(bytes)
+    }
+
+    fn stage_close(&mut self) {
+        self.inner.stage_close();
     }
 }
 
@@ -271,6 +286,36 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(t.elapsed() >= Duration::from_millis(200));
         drop(client);
+    }
+
+    /// A close that cannot finish (a TLS `close_notify` to a client that stopped reading)
+    /// fails at the send timeout instead of holding the connection.
+    #[tokio::test]
+    async fn a_close_the_client_does_not_read_fails_at_the_send_timeout() {
+        struct Stuck;
+        impl AsyncWrite for Stuck {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+                b: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                Poll::Ready(Ok(b.len()))
+            }
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+            fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Pending
+            }
+        }
+        let mut w = SendDeadline::new(Stuck, Duration::from_millis(200));
+        let t = std::time::Instant::now();
+        let closed = tokio::time::timeout(Duration::from_secs(5), w.shutdown()).await;
+        let e = closed
+            .expect("the close waited past the send timeout")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t.elapsed() >= Duration::from_millis(200));
     }
 
     #[tokio::test]

@@ -69,6 +69,17 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
     }
 }
 
+/// Bytes put back in front change nothing about how the stream ends.
+impl<I: super::finish::Finish> super::finish::Finish for Prefixed<I> {
+    fn stage(&mut self, bytes: &[u8]) -> usize {
+        self.inner.stage(bytes)
+    }
+
+    fn stage_close(&mut self) {
+        self.inner.stage_close();
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -12,6 +12,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::{ConnCtx, passthrough, proxy_protocol, serve_conn};
 use crate::handler::{ConnInfo, Slot};
+use crate::io::finish::Finish;
 use crate::io::prefixed::Prefixed;
 use crate::state::auth::client_cert::{ClientAuth, ClientCert};
 use sluice_config::ServerTls;
@@ -40,7 +41,7 @@ pub(super) trait Serve {
         watcher: Watcher,
     ) -> impl Future<Output = ()> + Send
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+        S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static;
 }
 
 /// A cleartext listener: straight to [`serve_conn`].
@@ -56,7 +57,7 @@ impl Serve for Plain {
         ctx: &ConnCtx,
         watcher: Watcher,
     ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
     {
         let info = conn_info(peer, ctx);
         serve_conn(stream, info, ctx, watcher, ctx.fast_path).await;
@@ -70,7 +71,7 @@ impl Serve for Tls {
         ctx: &ConnCtx,
         watcher: Watcher,
     ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
     {
         let info = conn_info(peer, ctx);
         match &ctx.tls {
@@ -145,7 +146,7 @@ async fn serve_tls<S>(
     watcher: Watcher,
     base: &TlsAcceptor,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
 {
     let accepted = std::time::Instant::now();
     // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
@@ -220,7 +221,7 @@ async fn terminate<S>(
     handshake_timeout: Duration,
     (acceptor, host_auth): (&TlsAcceptor, Option<Arc<ClientAuth>>),
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
 {
     let client = info.remote;
     match handshake(acceptor, stream, handshake_timeout).await {

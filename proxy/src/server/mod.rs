@@ -33,6 +33,7 @@ use hyper::body::Incoming;
 use crate::handler::{ConnInfo, handle};
 use crate::io::activity::{Activity, SendDeadline, Watched};
 use crate::io::coalesce::Coalesce;
+use crate::io::finish::Finish;
 use crate::io::prefixed::Prefixed;
 use crate::state::dataplane::DataPlane;
 use accepted::{Accepted, Plain, Tls, connection};
@@ -361,7 +362,7 @@ impl Fresh {
 /// from the start, with hyper (HTTP/2, bodies, upgrades and the rest; see [`fastpath`]).
 async fn serve_conn<I>(io: I, info: Arc<ConnInfo>, ctx: &ConnCtx, watcher: Watcher, fast: bool)
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
 {
     let io = SendDeadline::new(io, ctx.client_send_timeout);
     // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.

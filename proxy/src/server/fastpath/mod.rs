@@ -31,7 +31,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::header;
 use http::{Method, Response, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
 
 use super::close_idle::IdleWatch;
@@ -40,6 +40,7 @@ use crate::handler::direct::{self, Answer, FastReq};
 use crate::handler::local::Local;
 use crate::handler::respond::{respond, send_body};
 use crate::handler::rules::ResponseRules;
+use crate::io::finish::{Finish, finish};
 use crate::state::dataplane::DataPlane;
 use crate::telemetry::access;
 use crate::upstream::body::RespBody;
@@ -217,9 +218,14 @@ fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
 
 /// A local answer that ends the connection (bad request, head too large), from the one
 /// table ([`Local`]).
-async fn refuse<I: AsyncWrite + Unpin>(io: &mut I, out: &mut BytesMut, resp: Response<RespBody>) {
-    let _ = respond(io, out, resp, false, true).await;
-    let _ = io.shutdown().await;
+async fn refuse<I: AsyncWrite + Unpin + Finish>(
+    io: &mut I,
+    out: &mut BytesMut,
+    resp: Response<RespBody>,
+) {
+    if let Ok(clean) = respond(io, out, resp, false, true).await {
+        let _ = finish(io, out, clean).await;
+    }
 }
 
 /// Runs `fut` (the request's handling) while watching the client: a client that closes its
@@ -284,7 +290,7 @@ async fn first_bytes<I: AsyncRead + Unpin>(
 /// Serves `io` until it closes or needs hyper.
 pub async fn serve<I>(mut io: I, fp: &mut FastPath) -> Outcome<I>
 where
-    I: AsyncRead + AsyncWrite + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin + Finish,
 {
     let mut rbuf = BytesMut::with_capacity(HEAD_START);
     let mut out = BytesMut::new();
@@ -405,18 +411,20 @@ where
                 if let Some(a) = answered.as_mut() {
                     a.bytes = framing.declared();
                 }
-                send_body(&mut io, &mut out, body, framing)
-                    .await
-                    .map(|clean| clean && !close)
+                (
+                    send_body(&mut io, &mut out, body, framing, close).await,
+                    close,
+                )
             }
             Answer::General(resp) => {
                 if logging.is_some() {
                     answered = Some(access::Answered::of(&resp));
                 }
                 let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
-                respond(&mut io, &mut out, resp, head_request, close)
-                    .await
-                    .map(|clean| clean && !close)
+                (
+                    respond(&mut io, &mut out, resp, head_request, close).await,
+                    close,
+                )
             }
         };
         if let (Some((seen, started)), Some(a), Some(log)) =
@@ -424,9 +432,18 @@ where
         {
             log.record(fp.info.remote.ip(), seen, a, *started);
         }
-        if !matches!(written, Ok(true)) {
-            let _ = io.shutdown().await;
-            return Outcome::Closed;
+        match written {
+            (Ok(true), false) => {}
+            // The answer's last bytes and the close leave together.
+            (Ok(clean), true) => {
+                let _ = finish(&mut io, &out, clean).await;
+                return Outcome::Closed;
+            }
+            // An answer cut short (its bytes are out) or a write that failed (the send timeout
+            // among others): the socket closes without a goodbye. A TLS `close_notify` would
+            // tell the client that a cut answer ended cleanly, and after a failed write it
+            // would wait on a client that stopped reading.
+            _ => return Outcome::Closed,
         }
         // Between requests an idle connection keeps small buffers, whatever the last request
         // needed.

@@ -5,7 +5,7 @@ use std::io;
 use std::sync::Mutex;
 use std::task::Context;
 
-use tokio::io::{DuplexStream, ReadBuf, ReadHalf};
+use tokio::io::{AsyncWriteExt, DuplexStream, ReadBuf, ReadHalf};
 
 use super::*;
 use crate::server::close_idle::CloseIdle;
