@@ -136,7 +136,9 @@ async fn an_answer_cut_short_ends_without_close_notify() {
 }
 
 /// Over TLS, ending a connection is itself a write (`close_notify`): after the send timeout,
-/// closing must not wait on the client that stopped reading.
+/// closing must not wait on the client that stopped reading. (Here every connection's write
+/// fails mid-body; a close that blocks on its own is `SendDeadline`'s unit test in
+/// `proxy/src/io/activity.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_that_stops_reading_is_dropped_at_the_send_timeout() {
     let pod = backend("pod").await;

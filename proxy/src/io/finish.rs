@@ -97,7 +97,7 @@ mod tests {
     use std::sync::Arc;
 
     use rustls::pki_types::{PrivateKeyDer, ServerName};
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
 
@@ -134,13 +134,18 @@ mod tests {
     /// What the client reads to the end, and whether the end was a `close_notify`.
     async fn read_all(
         mut c: tokio_rustls::client::TlsStream<tokio::io::DuplexStream>,
-    ) -> (usize, bool) {
+    ) -> (Vec<u8>, bool) {
         let mut got = Vec::new();
         match c.read_to_end(&mut got).await {
-            Ok(_) => (got.len(), true),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => (got.len(), false),
+            Ok(_) => (got, true),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => (got, false),
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// Bytes whose order shows: a staged part sent out of place would not compare equal.
+    fn patterned(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
     }
 
     #[tokio::test]
@@ -149,10 +154,19 @@ mod tests {
         // rustls keeps at most 100 bytes unsent here: most of the answer is written, not staged.
         s.get_mut().1.set_buffer_limit(Some(100));
         let reader = tokio::spawn(read_all(c));
-        let answer = vec![b'a'; 20_000];
+        // Some bytes already written the usual way, as `send_body` does before the last ones.
+        let first = patterned(5_000);
+        s.write_all(&first).await.unwrap();
+        let answer = patterned(20_000);
         finish(&mut s, &answer, true).await.unwrap();
         drop(s);
-        assert_eq!(reader.await.unwrap(), (20_000, true));
+        let (got, clean) = reader.await.unwrap();
+        assert!(clean, "no close_notify");
+        assert_eq!(got.len(), 25_000);
+        assert!(
+            got[..5_000] == first[..] && got[5_000..] == answer[..],
+            "out of order"
+        );
     }
 
     #[tokio::test]
@@ -162,15 +176,15 @@ mod tests {
         s.stage_close();
         s.flush().await.unwrap();
         drop(s);
-        assert_eq!(read_all(c).await, (5, true));
+        assert_eq!(read_all(c).await, (b"hello".to_vec(), true));
     }
 
     #[tokio::test]
     async fn a_cut_answer_ends_without_close_notify() {
         let (mut s, c) = pair().await;
         let reader = tokio::spawn(read_all(c));
-        finish(&mut s, &[b'c'; 3000], false).await.unwrap();
+        finish(&mut s, &patterned(3000), false).await.unwrap();
         drop(s);
-        assert_eq!(reader.await.unwrap(), (3000, false));
+        assert_eq!(reader.await.unwrap(), (patterned(3000), false));
     }
 }

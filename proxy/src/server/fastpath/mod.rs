@@ -427,23 +427,22 @@ where
                 )
             }
         };
+        // A closing answer's last bytes and the close leave together, before the log records
+        // the answer (its time runs to the last byte, as nginx's `$request_time` does).
+        if let (Ok(clean), true) = &written {
+            let _ = finish(&mut io, &out, *clean).await;
+        }
         if let (Some((seen, started)), Some(a), Some(log)) =
             (&logging, &answered, fp.dp.access_log())
         {
             log.record(fp.info.remote.ip(), seen, a, *started);
         }
-        match written {
-            (Ok(true), false) => {}
-            // The answer's last bytes and the close leave together.
-            (Ok(clean), true) => {
-                let _ = finish(&mut io, &out, clean).await;
-                return Outcome::Closed;
-            }
-            // An answer cut short (its bytes are out) or a write that failed (the send timeout
-            // among others): the socket closes without a goodbye. A TLS `close_notify` would
-            // tell the client that a cut answer ended cleanly, and after a failed write it
-            // would wait on a client that stopped reading.
-            _ => return Outcome::Closed,
+        if !matches!(written, (Ok(true), false)) {
+            // Closed above, or an answer cut short (its bytes are out), or a write that failed
+            // (the send timeout among others): the socket closes without a goodbye. A TLS
+            // `close_notify` would tell the client that a cut answer ended cleanly, and after
+            // a failed write it would wait on a client that stopped reading.
+            return Outcome::Closed;
         }
         // Between requests an idle connection keeps small buffers, whatever the last request
         // needed.
