@@ -1,8 +1,9 @@
 //! How an HTTPS connection ends, end to end with real rustls clients: an answer followed by
 //! the close (`Connection: close`) ends with a TLS `close_notify`, on the fast path and on the
-//! general path, TLS 1.2 and 1.3, small and large; an answer cut short by a pod that dies
-//! mid-body ends without one, so that the client can tell it was cut; and a client that stops
-//! reading is dropped at the send timeout, its close (itself a write over TLS) included.
+//! general path, TLS 1.2 and 1.3, small and large, and so does the refusal of a malformed
+//! head; an answer cut short by a pod that dies mid-body ends without one, so that the client
+//! can tell it was cut; and a client that stops reading is dropped at the send timeout, its
+//! close (itself a write over TLS) included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::ErrorKind;
@@ -81,6 +82,13 @@ async fn an_answer_then_close_ends_with_close_notify() {
                 assert!(clean, "{case}: no close_notify after a whole answer");
             }
         }
+        // A request refused on the fast path (a malformed head) closes the same way.
+        let c = connect(&s, "close.test", version).await;
+        let bad = "GET / HTTP/1.1\r\nHost: close.test\r\nno colon here\r\n\r\n";
+        let (got, clean) = exchange(c, bad).await;
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 400"), "{version:?}: {text:.80}");
+        assert!(clean, "{version:?}: no close_notify after a refusal");
     }
     s.shutdown(Duration::from_secs(3)).await;
 }
