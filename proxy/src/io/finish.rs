@@ -43,17 +43,11 @@ pub async fn finish<I>(io: &mut I, last: &[u8], clean: bool) -> io::Result<()>
 where
     I: AsyncWrite + Unpin + Finish,
 {
-    if !clean {
-        io.write_all(last).await?;
-        return io.flush().await;
+    let staged = if clean { io.stage(last) } else { 0 };
+    io.write_all(last.get(staged..).unwrap_or_default()).await?;
+    if clean {
+        io.stage_close();
     }
-    let staged = io.stage(last);
-    if let Some(rest) = last.get(staged..)
-        && !rest.is_empty()
-    {
-        io.write_all(rest).await?;
-    }
-    io.stage_close();
     io.flush().await
 }
 
