@@ -63,6 +63,28 @@ enum Cmd {
     /// Run one attack of the abuse scenario against a target (what `abuse` starts, as a
     /// process of its own, beside its load).
     Attack(AttackArgs),
+    /// The `floor` peer's server (what the scenarios start, pinned, as a process of its own).
+    #[command(hide = true)]
+    FloorServe(FloorArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct FloorArgs {
+    /// Listen address.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Certificate chain (PEM); with --key, serve TLS.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Response body size in bytes.
+    #[arg(long, default_value_t = 0)]
+    body: usize,
+    /// Runtime threads (1: a current-thread runtime, as sluice runs one worker).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -70,7 +92,8 @@ struct ScenarioArgs {
     /// Short run (about a minute for churn with every peer installed).
     #[arg(long)]
     quick: bool,
-    /// Peers, comma-separated: sluice,nginx-reload,nginx-lua,haproxy-reload,haproxy-runtime,caddy,traefik,direct.
+    /// Peers, comma-separated: sluice,nginx-reload,nginx-lua,haproxy-reload,haproxy-runtime,caddy,traefik,direct
+    /// (and floor: no proxy, a bare TLS server answering itself; named only).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Client protocol (churn/static default https; rps/throughput default both).
@@ -338,6 +361,7 @@ fn main() -> Result<()> {
         Cmd::Load(a) => runtime(a.threads.unwrap_or_else(sys::cpu_count))?.block_on(load_cmd(a)),
         Cmd::Backends(a) => runtime(1)?.block_on(backends_cmd(a)),
         Cmd::Attack(a) => runtime(1)?.block_on(attack_cmd(a)),
+        Cmd::FloorServe(a) => floor_cmd(a),
         Cmd::Churn(a) => scenario_main(Job::Scenario(Scenario::Churn), a, nofile),
         Cmd::Static(a) => scenario_main(Job::Scenario(Scenario::Static), a, nofile),
         Cmd::Rps(a) => scenario_main(Job::Scenario(Scenario::Rps), a, nofile),
@@ -388,6 +412,29 @@ async fn attack_cmd(a: AttackArgs) -> Result<()> {
         None => println!("{json}"),
     }
     Ok(())
+}
+
+fn floor_cmd(a: FloorArgs) -> Result<()> {
+    use sluice_bench::peers::floor;
+    let tls = match (&a.cert, &a.key) {
+        (Some(c), Some(k)) => Some(floor::tls_config(c, k)?),
+        _ => None,
+    };
+    let rt = if a.workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the tokio runtime")?
+    } else {
+        runtime(a.workers)?
+    };
+    rt.block_on(async {
+        let l = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .with_context(|| format!("binding {}", a.listen))?;
+        floor::serve(l, tls, a.body).await;
+        Ok(())
+    })
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
@@ -744,6 +791,7 @@ async fn run_scenario(
             kube_apiserver,
             api_ingresses: a.ingresses.first().copied().unwrap_or(1),
             http2: matches!(job, Job::Scenario(Scenario::Abuse)),
+            body_size: 0,
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

@@ -3,6 +3,7 @@
 //! keep-alive, and each changed the way its ingress controller changes it.
 
 mod caddy;
+pub mod floor;
 mod haproxy;
 mod nginx;
 pub mod proc;
@@ -65,6 +66,9 @@ pub enum PeerKind {
     /// Traefik's Kubernetes Ingress provider against the same API server (`--source api`, in
     /// place of `traefik`).
     TraefikApi,
+    /// No proxy: sluice-bench's own TLS server answers every request itself, the least any
+    /// TLS server pays per request on this host (named explicitly; not part of `all`).
+    Floor,
 }
 
 impl PeerKind {
@@ -93,6 +97,7 @@ impl PeerKind {
             PeerKind::Direct => "direct",
             PeerKind::SluiceApi => "sluice-api",
             PeerKind::TraefikApi => "traefik-api",
+            PeerKind::Floor => "floor",
         }
     }
 
@@ -100,7 +105,7 @@ impl PeerKind {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
-            .chain([PeerKind::SluiceApi, PeerKind::TraefikApi])
+            .chain([PeerKind::SluiceApi, PeerKind::TraefikApi, PeerKind::Floor])
             .find(|k| k.name() == s)
     }
 
@@ -119,6 +124,9 @@ impl PeerKind {
             PeerKind::Caddy => caddy::unavailable(),
             PeerKind::Traefik => traefik::unavailable(env),
             PeerKind::Direct => None,
+            PeerKind::Floor => env
+                .http2
+                .then(|| "floor speaks HTTP/1.1 only (no ALPN h2)".to_string()),
             PeerKind::SluiceApi => sluice_api::unavailable(env, sluice_api::Controller::Sluice),
             PeerKind::TraefikApi => sluice_api::unavailable(env, sluice_api::Controller::Traefik),
         }
@@ -158,6 +166,9 @@ pub struct PeerEnv {
     /// HTTP/2 offered on the TLS listener (ALPN `h2`) besides HTTP/1.1: the abuse scenario's
     /// HTTP/2 attacks need it; the other scenarios compare HTTP/1.1 only.
     pub http2: bool,
+    /// Response body size of the run (the `floor` peer answers with it; proxies get it from
+    /// the backends).
+    pub body_size: usize,
 }
 
 /// Starting or changing a peer failed.
@@ -187,6 +198,7 @@ enum State {
     Caddy(caddy::Caddy),
     Traefik(traefik::Traefik),
     Direct,
+    Floor,
 }
 
 /// A running peer.
@@ -255,6 +267,7 @@ impl Peer {
             }
             PeerKind::Caddy => caddy::start(env, d, port, endpoints).await?,
             PeerKind::Traefik => traefik::start(env, d, port, endpoints).await?,
+            PeerKind::Floor => floor::start(env, d, port, env.body_size).await?,
             PeerKind::Direct => {
                 let mut s = BTreeMap::new();
                 s.insert(
@@ -345,7 +358,7 @@ impl Peer {
             State::Haproxy(h) => h.set(eps).await?,
             State::Caddy(c) => c.set(eps).await?,
             State::Traefik(t) => t.set(eps)?,
-            State::Direct => return Ok(()),
+            State::Direct | State::Floor => return Ok(()),
         }
         self.changes += 1;
         Ok(())

@@ -212,25 +212,29 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
                 c.key.label()
             ),
         );
-        let mut by_variant: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for r in runs.iter().filter(|r| r.peer == PeerKind::Sluice.name()) {
-            by_variant.entry(&r.variant).or_default().push(r.rps);
-        }
-        let ratios: Vec<String> = by_variant
-            .into_iter()
-            .map(|(v, mut rates)| {
-                rates.sort_by(f64::total_cmp);
-                format!("{v} {:.2}", rates[rates.len() / 2] / ceiling)
-            })
-            .collect();
-        if !ratios.is_empty() {
-            settings.insert(
-                "sluice ÷ signature ceiling".into(),
-                format!(
-                    "{} (median handshakes/s over the ceiling)",
-                    ratios.join(", ")
-                ),
-            );
+        // sluice's, and the floor's when it ran: a TLS server that does nothing else, so the
+        // two together say how much of the distance to the ceiling is the proxy's own.
+        for peer in [PeerKind::Sluice, PeerKind::Floor] {
+            let mut by_variant: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for r in runs.iter().filter(|r| r.peer == peer.name()) {
+                by_variant.entry(&r.variant).or_default().push(r.rps);
+            }
+            let ratios: Vec<String> = by_variant
+                .into_iter()
+                .map(|(v, mut rates)| {
+                    rates.sort_by(f64::total_cmp);
+                    format!("{v} {:.2}", rates[rates.len() / 2] / ceiling)
+                })
+                .collect();
+            if !ratios.is_empty() {
+                settings.insert(
+                    format!("{} ÷ signature ceiling", peer.name()),
+                    format!(
+                        "{} (median handshakes/s over the ceiling)",
+                        ratios.join(", ")
+                    ),
+                );
+            }
         }
     }
     let what = format!(

@@ -227,6 +227,10 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     if let Err(e) = pods.add(setup.pods).await {
         return PeerResult::skipped(name, &setup.variant, format!("backends did not start: {e}"));
     }
+    let env = &PeerEnv {
+        body_size: setup.body_size,
+        ..env.clone()
+    };
     let mut peer = match Peer::start(kind, env, &pods.endpoints()).await {
         Ok(p) => p,
         Err(e) => {
