@@ -1,6 +1,7 @@
 //! Idle and first-request deadlines for connections that hyper serves (HTTP/2, h2c, HTTP/1
 //! with bodies) and for tunnels: a stream wrapper that notes when the client last sent
-//! anything, and a watchdog that drops the connection when
+//! anything, and a watchdog that says when the connection is to end (the server asks an idle
+//! one to end gracefully first, `server/ending.rs`; one that never sent a request is dropped):
 //!
 //! - it has not sent more than a connection preface within the header timeout (a client that
 //!   sends `PRI * HTTP/2.0` and waits, holding a connection slot), or
@@ -25,6 +26,10 @@ use crate::clock::now_nanos;
 
 /// Bytes a client must send beyond this before the header timeout (the HTTP/2 preface is 24).
 const PREFACE: u64 = 24;
+
+/// What [`Activity::expired`] says of a connection silent for the idle timeout (the other
+/// reason, no request in time, is a timeout the connection is dropped for without a goodbye).
+pub const IDLE_TIMEOUT: &str = "idle timeout";
 
 /// What the watchdog reads.
 #[derive(Debug)]
@@ -66,7 +71,7 @@ impl Activity {
             return Some("no request within the header timeout");
         }
         if now.saturating_sub(self.last_io.load(Ordering::Relaxed)) > nanos(idle) {
-            return Some("idle timeout");
+            return Some(IDLE_TIMEOUT);
         }
         None
     }

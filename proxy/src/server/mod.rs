@@ -4,6 +4,7 @@
 
 mod accepted;
 pub mod close_idle;
+mod ending;
 pub mod fastpath;
 pub mod listener;
 pub mod passthrough;
@@ -13,7 +14,7 @@ pub mod tls;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -31,13 +32,14 @@ use http::Request;
 use hyper::body::Incoming;
 
 use crate::handler::{ConnInfo, handle};
-use crate::io::activity::{Activity, SendDeadline, Watched};
+use crate::io::activity::{Activity, IDLE_TIMEOUT, SendDeadline, Watched};
 use crate::io::coalesce::Coalesce;
 use crate::io::finish::Finish;
 use crate::io::prefixed::Prefixed;
 use crate::state::dataplane::DataPlane;
 use accepted::{Accepted, Plain, Tls, connection};
-use close_idle::CloseIdle;
+use close_idle::{CloseIdle, IdleWatch};
+use ending::Ending;
 use fastpath::{FastPath, Outcome};
 use sluice_config::ServerTls;
 use streams::ConnExec;
@@ -367,7 +369,7 @@ where
     let io = SendDeadline::new(io, ctx.client_send_timeout);
     // The ConfigMap's keep-alive and keep-alive-requests, as of the connection's start.
     let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
-    let (io, prefix, served) = if fast {
+    let (io, prefix, served, close_idle) = if fast {
         let mut fp = FastPath {
             dp: Arc::clone(&ctx.dp),
             info: Arc::clone(&info),
@@ -380,15 +382,20 @@ where
         match fastpath::serve(io, &mut fp).await {
             // The watcher drops here: shutdown stops waiting for this connection.
             Outcome::Closed => return,
-            Outcome::HandOver(io, prefix) => (io, prefix, fp.requests.0),
+            Outcome::HandOver(io, prefix) => (io, prefix, fp.requests.0, fp.close_idle),
         }
     } else {
-        (io, Bytes::new(), 0)
+        (io, Bytes::new(), 0, ctx.close_idle.watch())
     };
     // Boxed: hyper's connection state (HTTP/1 and HTTP/2) would otherwise be part of every
     // idle fast-path connection's task.
-    Box::pin(serve_hyper(io, prefix, served, info, ctx, watcher)).await;
+    let watched = (watcher, close_idle);
+    Box::pin(serve_hyper(io, prefix, served, info, ctx, watched)).await;
 }
+
+/// How long a connection asked to end at its idle timeout gets to end gracefully (HTTP/2's
+/// `GOAWAY` and the ping that confirms it, TLS `close_notify`) before it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// A connection (or the rest of one, after the fast path handed it over with the bytes it had
 /// read) served by hyper.
@@ -398,10 +405,13 @@ async fn serve_hyper<I>(
     served: u32,
     info: Arc<ConnInfo>,
     ctx: &ConnCtx,
-    watcher: Watcher,
+    (watcher, shutdown): (Watcher, IdleWatch),
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // Held, not watched: shutdown waits for this connection until it ends, and [`Ending`]
+    // hears the shutdown itself (with the idle timeout, which the watcher cannot say).
+    let _watcher = watcher;
     let (keep_alive, max_requests) = (ctx.fresh.keep_alive, ctx.fresh.keep_alive_requests);
     let dp = Arc::clone(&ctx.dp);
     // Requests counted on from the fast path's: the last one allowed says `Connection: close`
@@ -436,14 +446,27 @@ async fn serve_hyper<I>(
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
-    tokio::select! {
-        r = streams::run(watcher.watch(conn)) => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "client connection ended with an error");
-            }
+    let idle = Arc::new(AtomicBool::new(false));
+    let run = streams::run(Ending::new(conn, shutdown, Arc::clone(&idle)));
+    tokio::pin!(run);
+    let ended = |r: Result<(), _>| {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "client connection ended with an error");
         }
+    };
+    tokio::select! {
+        r = &mut run => ended(r),
         why = activity.watch(ctx.header_read_timeout, keep_alive.unwrap_or(ctx.client_idle_timeout)) => {
             tracing::debug!(why, "client connection closed");
+            if why == IDLE_TIMEOUT {
+                // Idle: asked to end as at shutdown (GOAWAY, close_notify), briefly. A
+                // connection that never sent a request is dropped quietly, as nginx closes
+                // timed-out ones.
+                idle.store(true, Ordering::Relaxed);
+                if let Ok(r) = tokio::time::timeout(IDLE_CLOSE_GRACE, &mut run).await {
+                    ended(r);
+                }
+            }
         }
     }
 }

@@ -262,15 +262,26 @@ enum Deadline {
     Head,
 }
 
+/// How the wait for the next request's first bytes ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Wait {
+    /// Bytes came; they are in the read buffer.
+    Bytes,
+    /// The client closed the connection, or it failed.
+    Gone,
+    /// The keep-alive time ran out, or shutdown asked idle connections to close: the
+    /// connection ends with a goodbye ([`goodbye`]).
+    Expired,
+}
+
 /// Waits, holding no buffer, for the first bytes of the next request head and puts them in
-/// `rbuf` (empty, and given its start size here). `false`: the connection is to close (the
-/// client closed it or failed, `timer` fired, or shutdown asked idle connections to close).
+/// `rbuf` (empty, and given its start size here).
 async fn first_bytes<I: AsyncRead + Unpin>(
     io: &mut I,
     rbuf: &mut BytesMut,
     timer: Pin<&mut tokio::time::Sleep>,
     close_idle: &IdleWatch,
-) -> bool {
+) -> Wait {
     let mut first = [0u8; FIRST_READ];
     tokio::select! {
         biased;
@@ -278,13 +289,26 @@ async fn first_bytes<I: AsyncRead + Unpin>(
             Ok(n) if n > 0 => {
                 rbuf.reserve(HEAD_START);
                 rbuf.extend_from_slice(&first[..n]);
-                true
+                Wait::Bytes
             }
-            _ => false,
+            _ => Wait::Gone,
         },
-        () = timer => false,
-        () = close_idle.closing() => false,
+        () = timer => Wait::Expired,
+        () = close_idle.closing() => Wait::Expired,
     }
+}
+
+/// Ends an idle keep-alive connection that sluice closes (its keep-alive time is over, or
+/// shutdown): over TLS with `close_notify`, as nginx does, so that the client sees a clean end
+/// rather than a truncation. One try only: the goodbye goes if the socket takes it now, and a
+/// client that stopped reading (its window full of an earlier answer) is closed without one
+/// rather than holding the close, or a graceful shutdown, up to the send deadline. A
+/// connection whose head deadline passed mid-head (a slow or stalled client) gets no goodbye,
+/// as nginx closes timed-out connections quietly.
+async fn goodbye<I: AsyncWrite + Unpin + Finish>(io: &mut I) -> Outcome<I> {
+    io.stage_close();
+    let _ = poll_fn(|cx| Poll::Ready(Pin::new(&mut *io).poll_flush(cx))).await;
+    Outcome::Closed
 }
 
 /// Serves `io` until it closes or needs hyper.
@@ -329,7 +353,7 @@ where
                 Poll::Ready(r) => r,
                 Poll::Pending => {
                     if rbuf.is_empty() && fp.close_idle.is_closing() {
-                        return Outcome::Closed;
+                        return goodbye(&mut io).await;
                     }
                     // Idle (no byte of the next head yet): the keep-alive time, the buffers
                     // shed after the first SHED_AFTER of it; once a head has begun, the head
@@ -353,20 +377,24 @@ where
                         () = &mut timer => {
                             let Some(end) = idle_end.filter(|&e| idle && Instant::now() < e)
                             else {
+                                if idle {
+                                    return goodbye(&mut io).await;
+                                }
                                 return Outcome::Closed;
                             };
                             // Idle for SHED_AFTER: give the buffers back and wait for the
                             // rest of the keep-alive time with none.
                             (rbuf, out, spans) = (BytesMut::new(), BytesMut::new(), Vec::new());
                             timer.as_mut().reset(end);
-                            if !first_bytes(&mut io, &mut rbuf, timer.as_mut(), &fp.close_idle)
+                            match first_bytes(&mut io, &mut rbuf, timer.as_mut(), &fp.close_idle)
                                 .await
                             {
-                                return Outcome::Closed;
+                                Wait::Bytes => continue,
+                                Wait::Gone => return Outcome::Closed,
+                                Wait::Expired => return goodbye(&mut io).await,
                             }
-                            continue;
                         }
-                        () = fp.close_idle.closing(), if idle => return Outcome::Closed,
+                        () = fp.close_idle.closing(), if idle => return goodbye(&mut io).await,
                     }
                 }
             };
