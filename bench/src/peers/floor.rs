@@ -92,34 +92,43 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<ServerConfig>>, body: 
 /// What a request head asks of the connection.
 #[derive(Debug, PartialEq, Eq)]
 enum Head {
-    /// A whole head; the connection stays open after the answer.
-    KeepAlive,
+    /// A whole head; the connection stays open after the answer. `http10`: an HTTP/1.0
+    /// client that asked for keep-alive (the answer must say it is kept).
+    KeepAlive { head: bool, http10: bool },
     /// A whole head; close after the answer (`Connection: close`, or HTTP/1.0 without
     /// keep-alive).
-    Close,
+    Close { head: bool },
     /// Not HTTP/1.x: the connection is closed without an answer.
     Bad,
 }
 
 /// Parses one request head (up to and including its blank line). Bodies are not read: the
-/// benchmark's requests have none.
+/// benchmark's requests have none. `Connection` is read as a token list, over every such field.
 fn parse_head(head: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let Ok(httparse::Status::Complete(_)) = req.parse(head) else {
         return Head::Bad;
     };
-    let conn = req
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("connection"))
-        .map(|h| h.value);
-    let says = |token: &[u8]| conn.is_some_and(|v| v.eq_ignore_ascii_case(token));
+    let says = |token: &[u8]| {
+        req.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| h.value.split(|&b| b == b','))
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+    };
+    let is_head = req.method == Some("HEAD");
     match req.version {
-        Some(1) if says(b"close") => Head::Close,
-        Some(1) => Head::KeepAlive,
-        Some(0) if says(b"keep-alive") => Head::KeepAlive,
-        Some(0) => Head::Close,
+        Some(1) if says(b"close") => Head::Close { head: is_head },
+        Some(1) => Head::KeepAlive {
+            head: is_head,
+            http10: false,
+        },
+        Some(0) if says(b"keep-alive") => Head::KeepAlive {
+            head: is_head,
+            http10: true,
+        },
+        Some(0) => Head::Close { head: is_head },
         _ => Head::Bad,
     }
 }
@@ -149,21 +158,25 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, body: &[u8]) {
                 _ => return,
             }
         };
-        let head = parse_head(&buf[..end]);
+        let parsed = parse_head(&buf[..end]);
         buf.drain(..end);
-        if head == Head::Bad {
-            return;
-        }
-        let close = head == Head::Close;
+        let (close, head, http10) = match parsed {
+            Head::Bad => return,
+            Head::Close { head } => (true, head, false),
+            Head::KeepAlive { head, http10 } => (false, head, http10),
+        };
         out.clear();
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\nx-backend: floor\r\ncontent-length: ");
         out.extend_from_slice(body.len().to_string().as_bytes());
-        out.extend_from_slice(if close {
-            b"\r\nconnection: close\r\n\r\n".as_slice()
-        } else {
-            b"\r\n\r\n".as_slice()
+        out.extend_from_slice(match (close, http10) {
+            (true, _) => b"\r\nconnection: close\r\n\r\n".as_slice(),
+            (false, true) => b"\r\nconnection: keep-alive\r\n\r\n".as_slice(),
+            (false, false) => b"\r\n\r\n".as_slice(),
         });
-        out.extend_from_slice(body);
+        // A HEAD answer has the length of the body it would have had, and no body.
+        if !head {
+            out.extend_from_slice(body);
+        }
         if s.write_all(&out).await.is_err() {
             return;
         }
@@ -225,18 +238,27 @@ mod tests {
 
     #[test]
     fn heads_are_read_as_http_says() {
+        let kept = |head, http10| Head::KeepAlive { head, http10 };
         assert_eq!(
             parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-            Head::KeepAlive
+            kept(false, false)
         );
         assert_eq!(
             parse_head(b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"),
-            Head::Close
+            Head::Close { head: false }
         );
-        assert_eq!(parse_head(b"GET / HTTP/1.0\r\n\r\n"), Head::Close);
+        // A token list, and the token in a second field.
+        assert_eq!(
+            parse_head(b"HEAD / HTTP/1.1\r\nConnection: te\r\nConnection: foo , close\r\n\r\n"),
+            Head::Close { head: true }
+        );
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.0\r\n\r\n"),
+            Head::Close { head: false }
+        );
         assert_eq!(
             parse_head(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n"),
-            Head::KeepAlive
+            kept(false, true)
         );
         assert_eq!(parse_head(b"\x16\x03\x01garbage\r\n\r\n"), Head::Bad);
     }
@@ -268,10 +290,20 @@ mod tests {
         assert_eq!(r.backend.as_str(), Some("floor"));
 
         let c = load::conn::Connector::new(vec![addr], Some(&tls)).expect("connector");
-        let mut s = c
-            .connect(tokio::time::Instant::now() + Duration::from_secs(5))
+        let deadline = || tokio::time::Instant::now() + Duration::from_secs(5);
+        // HEAD: the body's length, no body.
+        let mut s = c.connect(deadline()).await.expect("connect");
+        s.write_all(b"HEAD / HTTP/1.1\r\nHost: bench.local\r\nConnection: close\r\n\r\n")
             .await
-            .expect("connect");
+            .expect("send");
+        s.flush().await.expect("flush");
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("content-length: 5\r\n"), "{text:?}");
+        assert!(text.ends_with("\r\n\r\n"), "a body after a HEAD: {text:?}");
+
+        let mut s = c.connect(deadline()).await.expect("connect");
         let mut head = b"GET / HTTP/1.1\r\nHost: bench.local\r\nX-Pad: ".to_vec();
         head.extend(std::iter::repeat_n(b'a', MAX_HEAD + 10));
         head.extend_from_slice(b"\r\n\r\n");

@@ -265,11 +265,9 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     let (pb, pb_task) = progress(&format!("{name} {variant}"), spec.duration.as_secs(), live);
     let pid = peer.pid();
     let mut term = Terminating::default();
-    let churn = if kind == PeerKind::Direct {
-        None
-    } else {
-        setup.churn.as_ref()
-    };
+    // No proxy (direct, floor): no endpoints to change.
+    let unrouted = matches!(kind, PeerKind::Direct | PeerKind::Floor);
+    let churn = if unrouted { None } else { setup.churn.as_ref() };
     let attack = setup.attack.filter(|_| kind != PeerKind::Direct);
     let tls = peer.proto == crate::peers::Proto::Https;
     let (target, duration) = (peer.target, spec.duration);
@@ -339,10 +337,10 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         "{:.0} req/s, {} failed, {} idle-closed, p99 {:.2} ms",
         load.achieved_rps, load.requests_failed, load.idle_closed_by_server, load.latency_ms.p99
     ));
-    if kind == PeerKind::Direct && setup.churn.is_some() {
-        notes.push(
-            "direct: no proxy, so no churn; load straight at one backend as the baseline".into(),
-        );
+    if unrouted && setup.churn.is_some() {
+        notes.push(format!(
+            "{name}: no proxy, so no churn; the load runs as a baseline without changes"
+        ));
     }
     if proto != env.proto {
         notes.push(format!("client protocol {proto:?} (direct has no TLS)"));

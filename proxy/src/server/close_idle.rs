@@ -1,5 +1,6 @@
 //! Telling fast-path connections that wait for their next request to close (graceful
-//! shutdown), without a lock per request.
+//! shutdown), without a lock per request; hyper-served connections hear the same signal and
+//! are asked to end gracefully (`ending.rs`).
 //!
 //! A `watch` channel (or a `Notify`) enters each waiting task in a list under a mutex and takes
 //! it out again when the wait ends: two takes of that lock for every request a keep-alive

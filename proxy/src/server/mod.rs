@@ -99,8 +99,8 @@ pub struct Server {
     opts: ServerOptions,
     graceful: Arc<GracefulShutdown>,
     stop: watch::Sender<bool>,
-    /// Tells fast-path connections waiting for a request to close (hyper's connections get
-    /// the same from `graceful`).
+    /// Tells connections to end: fast-path ones waiting for a request close, and hyper's are
+    /// asked to end gracefully (`ending.rs`); `graceful` then counts them down.
     close_idle: Arc<CloseIdle>,
     /// Turns true when the drain deadline has passed: tunnels close then.
     deadline: watch::Sender<bool>,
@@ -457,7 +457,7 @@ async fn serve_hyper<I>(
     tokio::select! {
         r = &mut run => ended(r),
         why = activity.watch(ctx.header_read_timeout, keep_alive.unwrap_or(ctx.client_idle_timeout)) => {
-            tracing::debug!(why, "client connection closed");
+            tracing::debug!(why, "client connection ending");
             if why == IDLE_TIMEOUT {
                 // Idle: asked to end as at shutdown (GOAWAY, close_notify), briefly. A
                 // connection that never sent a request is dropped quietly, as nginx closes
