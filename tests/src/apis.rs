@@ -18,7 +18,7 @@ pub const CONTROLLER_ACCOUNT: &str = "sluice";
 /// An API server for one test.
 #[derive(Debug)]
 pub enum TestApi {
-    /// `tests/src/fake_api.rs` on 127.0.0.1.
+    /// `tests/src/fake_api/` on 127.0.0.1.
     Fake(FakeApi),
     /// A real kube-apiserver inside the test's network namespace, with the RBAC objects of
     /// `manifests/base` installed.

@@ -1,5 +1,5 @@
 //! `sluice controller` against two API servers with the real kube client: the in-repo fake
-//! (`tests/src/fake_api.rs`), and a real kube-apiserver built from Go modules
+//! (`tests/src/fake_api/`), and a real kube-apiserver built from Go modules
 //! (`tests/kube-apiserver/`), the controller running as the ServiceAccount and RBAC of
 //! `manifests/base`. Each test body runs against both (`*_fake`, `*_real`); what only the fake can
 //! do (outages, compaction) is fake-only. The real variants run in a network namespace of their
