@@ -50,6 +50,17 @@ impl Canned {
             body,
         }
     }
+
+    /// Status line, `x-backend` and `content-length`, each ending in CRLF: the fields that
+    /// close the head (and its blank line) are the caller's.
+    pub(crate) fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The body.
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.body
+    }
 }
 
 /// How the lean path left the connection.

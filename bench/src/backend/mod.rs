@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-mod lean;
+pub(crate) mod lean;
 
 /// How a backend answers.
 #[derive(Debug, Clone)]

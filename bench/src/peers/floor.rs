@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 
 use super::proc::Proc;
 use super::{PeerEnv, PeerError, Proto, State};
+use crate::backend::lean::Canned;
 
 /// A request head larger than this is refused (431) and the connection closed.
 const MAX_HEAD: usize = 16 * 1024;
@@ -66,7 +68,9 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, FloorErr
 /// Accepts on `listener` until the process ends; each connection in a task of its own.
 pub async fn serve(listener: TcpListener, tls: Option<Arc<ServerConfig>>, body: usize) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let body: Arc<[u8]> = vec![b'x'; body].into();
+    // The backends' canned answer (`backend/lean.rs`), named `floor`: built once, not per
+    // request.
+    let canned = Arc::new(Canned::new("floor", Bytes::from(vec![b'x'; body])));
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             // Out of descriptors or a connection reset before accept: keep serving.
@@ -74,16 +78,16 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<ServerConfig>>, body: 
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let body = Arc::clone(&body);
+        let canned = Arc::clone(&canned);
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             match acceptor {
                 Some(a) => {
                     if let Ok(Ok(s)) = tokio::time::timeout(IDLE, a.accept(tcp)).await {
-                        answer(s, &body).await;
+                        answer(s, &canned).await;
                     }
                 }
-                None => answer(tcp, &body).await,
+                None => answer(tcp, &canned).await,
             }
         });
     }
@@ -134,9 +138,9 @@ fn parse_head(head: &[u8]) -> Head {
 }
 
 /// Answers requests on one connection until it closes, asks to, idles out or misbehaves.
-async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, body: &[u8]) {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, canned: &Canned) {
     let mut buf = Vec::with_capacity(2048);
-    let mut out = Vec::with_capacity(128 + body.len());
+    let mut out = Vec::with_capacity(canned.head().len() + 32 + canned.body().len());
     loop {
         // Read until the blank line that ends a head.
         let end = loop {
@@ -166,16 +170,15 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, body: &[u8]) {
             Head::KeepAlive { head, http10 } => (false, head, http10),
         };
         out.clear();
-        out.extend_from_slice(b"HTTP/1.1 200 OK\r\nx-backend: floor\r\ncontent-length: ");
-        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(canned.head());
         out.extend_from_slice(match (close, http10) {
-            (true, _) => b"\r\nconnection: close\r\n\r\n".as_slice(),
-            (false, true) => b"\r\nconnection: keep-alive\r\n\r\n".as_slice(),
-            (false, false) => b"\r\n\r\n".as_slice(),
+            (true, _) => b"connection: close\r\n\r\n".as_slice(),
+            (false, true) => b"connection: keep-alive\r\n\r\n".as_slice(),
+            (false, false) => b"\r\n".as_slice(),
         });
         // A HEAD answer has the length of the body it would have had, and no body.
         if !head {
-            out.extend_from_slice(body);
+            out.extend_from_slice(canned.body());
         }
         if s.write_all(&out).await.is_err() {
             return;

@@ -14,11 +14,18 @@
 //! a connection whose write failed (the caller drops it): the goodbye would tell the client a
 //! cut body was whole, and would wait on a client that stopped reading.
 //!
+//! An idle connection that the server ends (keep-alive time over, shutdown) has no answer to
+//! send: [`goodbye`] queues the close alone and tries once, so that a client that stopped
+//! reading cannot hold the close.
+//!
 //! Not calling `shutdown` first changes nothing a client can see: the socket is closed right
 //! after either way, and `close` sends the FIN just as `shutdown` would (or a RST in both cases,
 //! if the client sent bytes that were never read).
 
+use std::future::poll_fn;
 use std::io::{self, Write};
+use std::pin::Pin;
+use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -49,6 +56,18 @@ where
         io.stage_close();
     }
     io.flush().await
+}
+
+/// Queues the protocol's goodbye on an idle connection and makes one attempt to send it: it
+/// goes if the socket takes it now, and otherwise the caller drops the stream without it
+/// (a client whose window is full of an earlier answer gets a bare close rather than holding
+/// this one up to the send deadline).
+pub async fn goodbye<I>(io: &mut I)
+where
+    I: AsyncWrite + Unpin + Finish,
+{
+    io.stage_close();
+    let _ = poll_fn(|cx| Poll::Ready(Pin::new(&mut *io).poll_flush(cx))).await;
 }
 
 impl Finish for tokio::net::TcpStream {}
@@ -171,6 +190,31 @@ mod tests {
         s.flush().await.unwrap();
         drop(s);
         assert_eq!(read_all(c).await, (b"hello".to_vec(), true));
+    }
+
+    #[tokio::test]
+    async fn a_goodbye_on_an_idle_connection_is_a_close_notify() {
+        let (mut s, c) = pair().await;
+        goodbye(&mut s).await;
+        drop(s);
+        assert_eq!(read_all(c).await, (Vec::new(), true));
+    }
+
+    /// A client that stopped reading: the pipe is full, so the goodbye cannot go, and the one
+    /// try returns at once instead of waiting for room.
+    #[tokio::test]
+    async fn a_goodbye_to_a_client_that_does_not_read_does_not_wait() {
+        let (mut s, c) = pair().await;
+        let mut full = vec![0u8; 64 * 1024];
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(std::time::Duration::from_millis(100), s.write(&full)).await
+        {
+            full.truncate(n.max(1));
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(1), goodbye(&mut s))
+            .await
+            .expect("the goodbye waited on a client that does not read");
+        drop(c);
     }
 
     #[tokio::test]

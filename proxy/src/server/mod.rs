@@ -459,9 +459,9 @@ async fn serve_hyper<I>(
         why = activity.watch(ctx.header_read_timeout, keep_alive.unwrap_or(ctx.client_idle_timeout)) => {
             tracing::debug!(why, "client connection ending");
             if why == IDLE_TIMEOUT {
-                // Idle: asked to end as at shutdown (GOAWAY, close_notify), briefly. A
-                // connection that never sent a request is dropped quietly, as nginx closes
-                // timed-out ones.
+                // Idle: asked to end as at shutdown (GOAWAY, close_notify), briefly. The other
+                // reason (no request within the header timeout) drops it quietly, as nginx
+                // closes timed-out connections.
                 idle.store(true, Ordering::Relaxed);
                 if let Ok(r) = tokio::time::timeout(IDLE_CLOSE_GRACE, &mut run).await {
                     ended(r);

@@ -1,7 +1,20 @@
 //! The fake's answers: routing a request to list, get, watch, create, patch or delete, and
 //! the selectors, paths and merge patches they need.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::{Ev, FakeApi, KINDS, Logged};
 
 fn status(code: u16, reason: &str, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
     let v = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});

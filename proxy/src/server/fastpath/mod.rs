@@ -40,7 +40,7 @@ use crate::handler::direct::{self, Answer, FastReq};
 use crate::handler::local::Local;
 use crate::handler::respond::{respond, send_body};
 use crate::handler::rules::ResponseRules;
-use crate::io::finish::{Finish, finish};
+use crate::io::finish::{self, Finish, finish};
 use crate::state::dataplane::DataPlane;
 use crate::telemetry::access;
 use crate::upstream::body::RespBody;
@@ -300,14 +300,11 @@ async fn first_bytes<I: AsyncRead + Unpin>(
 
 /// Ends an idle keep-alive connection that sluice closes (its keep-alive time is over, or
 /// shutdown): over TLS with `close_notify`, as nginx does, so that the client sees a clean end
-/// rather than a truncation. One try only: the goodbye goes if the socket takes it now, and a
-/// client that stopped reading (its window full of an earlier answer) is closed without one
-/// rather than holding the close, or a graceful shutdown, up to the send deadline. A
-/// connection whose head deadline passed mid-head (a slow or stalled client) gets no goodbye,
-/// as nginx closes timed-out connections quietly.
+/// rather than a truncation; one try ([`finish::goodbye`]). A connection whose head deadline
+/// passed mid-head (a slow or stalled client) gets no goodbye, as nginx closes timed-out
+/// connections quietly.
 async fn goodbye<I: AsyncWrite + Unpin + Finish>(io: &mut I) -> Outcome<I> {
-    io.stage_close();
-    let _ = poll_fn(|cx| Poll::Ready(Pin::new(&mut *io).poll_flush(cx))).await;
+    finish::goodbye(io).await;
     Outcome::Closed
 }
 
