@@ -37,9 +37,19 @@ const GLOBAL_AUTH: &[(&str, &str)] = &[
 /// The keys users set most, sorted.
 pub const KEYS: &[Entry] = &[
     k(
+        "allow-cross-namespace-resources",
+        Honoured,
+        "lets auth-secret and auth-tls-secret name a Secret of another namespace (refused by default, and always under --host-ownership namespace)",
+    ),
+    k(
         "allow-snippet-annotations",
         Differs,
         "accepted; snippets are never executed whatever it says",
+    ),
+    k(
+        "block-cidrs",
+        Differs,
+        "clients in these blocks are answered 403 on every request, whatever the route; an Ingress's own source ranges do not lift it (in nginx a location's allow list does)",
     ),
     k(
         "compute-full-forwarded-for",
@@ -50,6 +60,11 @@ pub const KEYS: &[Entry] = &[
         "custom-http-errors",
         Differs,
         "for Ingresses with a default-backend annotation (sluice has no global default backend) and no custom-http-errors of their own",
+    ),
+    k(
+        "denylist-source-range",
+        Honoured,
+        "the denylist of every Ingress that sets no denylist-source-range of its own; an invalid value refuses every client (403) until it is mended",
     ),
     k(
         "enable-underscores-in-headers",
@@ -149,6 +164,11 @@ pub const KEYS: &[Entry] = &[
         Honoured,
         "overrides --proxy-protocol; applies to the next connection accepted",
     ),
+    k(
+        "whitelist-source-range",
+        Honoured,
+        "the allowlist of every Ingress that sets no whitelist-source-range of its own; an invalid value refuses every client (403) until it is mended",
+    ),
 ];
 
 /// The README's table of ConfigMap keys, from [`KEYS`].
@@ -219,6 +239,10 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
                 Some(b) => settings.proxy_protocol = Some(b),
                 None => bad(key, "is not \"true\" or \"false\""),
             },
+            "allow-cross-namespace-resources" => match bool_value(v) {
+                Some(b) => settings.allow_cross_namespace = b,
+                None => bad(key, "is not \"true\" or \"false\""),
+            },
             "enable-underscores-in-headers" => match bool_value(v) {
                 Some(b) => settings.underscores_in_headers = b,
                 None => bad(key, "is not \"true\" or \"false\""),
@@ -268,6 +292,7 @@ pub fn apply(data: &BTreeMap<String, String>, settings: &mut Settings) -> Applie
     }
     global_auth(data, settings, &mut out);
     server_tls(data, settings, &mut out);
+    source_ranges(data, settings, &mut out);
     // ingress-nginx's HSTS: on when `hsts` is true, one year, subdomains included unless said.
     if data.get("hsts").and_then(|v| bool_value(v)) == Some(true) {
         settings.hsts = Some(Hsts {
@@ -394,6 +419,41 @@ fn server_tls(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mu
             settings.server_tls.tls12_suites = Some(suites);
         }
     }
+}
+
+/// Every client: what an unreadable list of blocks stands for, so that every route answers 403
+/// rather than serve the clients the list was written to keep out.
+const EVERYONE: &str = "0.0.0.0/0,::/0";
+
+/// `whitelist-source-range`, `denylist-source-range` and `block-cidrs`. A list that cannot be
+/// read (or is empty) is reported, and every client is refused until it is mended: a
+/// ConfigMap written to keep clients out never lets them in by a typo.
+fn source_ranges(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mut Applied) {
+    let everyone = || crate::cidr::Cidr::parse_list(EVERYONE).unwrap_or_default();
+    let mut read = |key: &str| -> Option<Vec<crate::cidr::Cidr>> {
+        let v = data.get(key)?;
+        let why = match crate::cidr::Cidr::parse_list(v) {
+            Ok(list) if !list.is_empty() => return Some(list),
+            Ok(_) => "an empty list would allow or deny nobody".to_string(),
+            Err(e) => e.to_string(),
+        };
+        out.invalid.push((
+            key.to_string(),
+            format!("{why}; every client is refused (403) until it is mended"),
+        ));
+        None
+    };
+    let mut unreadable = false;
+    let mut list = |key: &str| {
+        let l = read(key);
+        unreadable |= l.is_none() && data.contains_key(key);
+        l.unwrap_or_default()
+    };
+    let allow = list("whitelist-source-range");
+    let deny = list("denylist-source-range");
+    let block = list("block-cidrs");
+    settings.source_ranges = crate::behaviour::SourceRanges { allow, deny };
+    settings.block_cidrs = if unreadable { everyone() } else { block };
 }
 
 /// The `global-auth-*` keys as annotations, checked by the annotation readers; and

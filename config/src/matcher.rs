@@ -161,6 +161,14 @@ impl RouteIndex {
             .map(|route| RouteRef::Rule { vhost, route })
     }
 
+    /// Finds the route for `path` within one virtual host only (`None`: the host-less one),
+    /// with no fall-through to less specific hosts or the default backend: a route that names
+    /// another route by the request's host (`auth-url: http://$host/…`) must find it where the
+    /// request itself was matched, never in another host's rules.
+    pub fn lookup_in(&self, vhost: Option<u32>, path: &str) -> Option<RouteRef> {
+        self.in_vhost(vhost.or(self.any)?, path)
+    }
+
     /// Finds the route for a normalized host (see [`crate::host::normalize_request_host`];
     /// `None` when the request has no usable host) and a path without its query string.
     pub fn lookup(&self, host: Option<&str>, path: &str) -> Option<RouteRef> {

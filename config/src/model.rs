@@ -486,6 +486,15 @@ pub struct Settings {
     /// `global-allowed-response-headers` of the controller ConfigMap, lower case and sorted:
     /// the only fields a `custom-headers` ConfigMap may set (empty: none may).
     pub allowed_response_headers: Vec<String>,
+    /// The controller ConfigMap's `whitelist-source-range` and `denylist-source-range`: the
+    /// source ranges of every route whose Ingress sets no list of that kind itself.
+    pub source_ranges: crate::behaviour::SourceRanges,
+    /// The controller ConfigMap's `block-cidrs`: clients answered 403 on every request,
+    /// whatever the route (nginx's `deny` for the whole server).
+    pub block_cidrs: Vec<crate::cidr::Cidr>,
+    /// The controller ConfigMap's `allow-cross-namespace-resources`: an Ingress may name a
+    /// Secret of another namespace (`auth-secret`, `auth-tls-secret`).
+    pub allow_cross_namespace: bool,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -519,6 +528,12 @@ impl Default for Settings {
             keep_alive: None,
             keep_alive_requests: None,
             allowed_response_headers: Vec::new(),
+            source_ranges: crate::behaviour::SourceRanges {
+                allow: Vec::new(),
+                deny: Vec::new(),
+            },
+            block_cidrs: Vec::new(),
+            allow_cross_namespace: false,
         }
     }
 }

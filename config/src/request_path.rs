@@ -5,10 +5,24 @@
 //! Steps, in order:
 //! 1. percent-encoded *unreserved* characters (`A–Z a–z 0–9 - . _ ~`) are decoded (RFC 3986
 //!    §6.2.2.2: they mean the same decoded); every other escape stays as it is, upper-cased —
-//!    in particular `%2F` stays encoded, so an encoded slash never becomes a path separator;
+//!    in particular `%2F` stays encoded in the path forwarded;
 //! 2. runs of `/` are merged into one (nginx `merge_slashes on`);
 //! 3. `.` and `..` segments are removed (RFC 3986 §5.2.4); a `..` that would climb above `/`
 //!    is an error (nginx answers 400).
+//!
+//! That is the path forwarded to the pod ([`normalize`]). Routing and every access decision
+//! (authentication, source ranges, client certificates, limits) use its *route view*
+//! ([`route_view`]): the same path with each encoded separator (`%2F`, `%5C`, and a bare `\`)
+//! read as `/`, and each segment's `;` parameters dropped — what a backend that decodes `%2F`
+//! (Python's `http.server`, WSGI, older Go muxes), treats `\` as a separator, or strips
+//! servlet path parameters (Tomcat, Jetty, Spring) makes of it. nginx, too, matches locations
+//! on the decoded URI. So `/admin%2Fsecret.txt`, `/admin;x/secret.txt` and `/admin\secret.txt`
+//! are routed, and checked, as `/admin/secret.txt`, while the pod still receives the escapes
+//! as the client sent them (an API that names `group%2Fproject` keeps working). One rule keeps
+//! the two views equivalent: a path in which reading the separators, or dropping parameters,
+//! would make an empty, `.` or `..` segment (`/public/..%2Fadmin`, `/admin/..;/x`) is refused
+//! with 400 ([`PathRejected::AmbiguousSeparator`]), so the path the pod receives, decoded, is
+//! exactly the path sluice decided on.
 //!
 //! The common path needs none of this and is returned borrowed, with no allocation.
 
@@ -23,6 +37,10 @@ pub enum PathRejected {
     /// The path does not start with `/`.
     #[error("the path does not start with /")]
     NotAbsolute,
+    /// An encoded separator (`%2F`, `%5C`, `\`) or a `;` parameter would make an empty, `.`
+    /// or `..` segment: a backend that decodes it could serve another path than the one routed.
+    #[error("an encoded separator or a ; parameter makes an empty or dot segment")]
+    AmbiguousSeparator,
 }
 
 fn unreserved(b: u8) -> bool {
@@ -38,10 +56,11 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-/// Whether `path` is already normal: no escapes, no `//`, no `.` or `..` segment.
+/// Whether `path` is already normal and its own route view: no escapes, no `;`, no `\`, no
+/// `//`, no `.` or `..` segment.
 fn is_plain(path: &str) -> bool {
     let b = path.as_bytes();
-    if b.contains(&b'%') {
+    if b.iter().any(|c| matches!(c, b'%' | b';' | b'\\')) {
         return false;
     }
     // Every segment boundary: a `/` followed by `/`, or by `.`/`..` ending the segment.
@@ -118,9 +137,80 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathRejected> {
     }
     // Only ASCII bytes were decoded, and only whole escapes: the result is valid UTF-8 when
     // the input was.
-    String::from_utf8(s)
-        .map(Cow::Owned)
-        .map_err(|_| PathRejected::NotAbsolute)
+    let s = String::from_utf8(s).map_err(|_| PathRejected::NotAbsolute)?;
+    if pieces(&s).any(|(piece, last)| matches!(piece, "." | "..") || (piece.is_empty() && !last)) {
+        return Err(PathRejected::AmbiguousSeparator);
+    }
+    Ok(Cow::Owned(s))
+}
+
+/// Splits a segment at its encoded separators (`%2F`, `%5C` as [`normalize`] writes them, in
+/// upper case, and a bare `\`).
+fn split_separators(seg: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(seg);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        let b = r.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' {
+                rest = Some(&r[i + 1..]);
+                return Some(&r[..i]);
+            }
+            if b[i] == b'%' && matches!(b.get(i + 1..i + 3), Some(b"2F" | b"5C")) {
+                rest = Some(&r[i + 3..]);
+                return Some(&r[..i]);
+            }
+            i += 1;
+        }
+        rest = None;
+        Some(r)
+    })
+}
+
+/// The route view's segments of a normal path, each with whether it is the path's last: each
+/// segment without its `;` parameters, split at its encoded separators.
+fn pieces(normal: &str) -> impl Iterator<Item = (&str, bool)> {
+    let mut segs = normal.split('/').skip(1).peekable();
+    let mut current: Option<std::iter::Peekable<Box<dyn Iterator<Item = &str> + '_>>> = None;
+    std::iter::from_fn(move || {
+        loop {
+            if let Some(it) = current.as_mut()
+                && let Some(p) = it.next()
+            {
+                let last = it.peek().is_none() && segs.peek().is_none();
+                return Some((p, last));
+            }
+            let seg = segs.next()?;
+            let seg = seg.split(';').next().unwrap_or_default();
+            let it: Box<dyn Iterator<Item = &str>> = Box::new(split_separators(seg));
+            current = Some(it.peekable());
+        }
+    })
+}
+
+/// The path routing and every access decision use (see the module docs) for a path that
+/// [`normalize`] returned: borrowed when it has no encoded separator and no `;`.
+pub fn route_view(normal: &str) -> Cow<'_, str> {
+    if !normal
+        .as_bytes()
+        .iter()
+        .any(|c| matches!(c, b'%' | b';' | b'\\'))
+    {
+        return Cow::Borrowed(normal);
+    }
+    let mut out = String::with_capacity(normal.len());
+    for (piece, _) in pieces(normal) {
+        out.push('/');
+        out.push_str(piece);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    if out == normal {
+        return Cow::Borrowed(normal);
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -172,5 +262,49 @@ mod tests {
             let twice = once.as_deref().map(|o| normalize(o).map(Cow::into_owned));
             assert_eq!(twice, once.as_ref().map(|o| Ok(o.clone())), "{s}");
         }
+    }
+
+    #[test]
+    fn the_route_view_reads_encoded_separators_and_drops_parameters() {
+        let view = |i: &str| normalize(i).map(|n| route_view(&n).into_owned());
+        let ok = |i: &str, o: &str| assert_eq!(view(i).as_deref(), Ok(o), "{i}");
+        ok("/admin%2Fsecret.txt", "/admin/secret.txt");
+        ok("/admin%2fsecret.txt", "/admin/secret.txt");
+        ok("/admin%5Csecret.txt", "/admin/secret.txt");
+        ok("/admin\\secret.txt", "/admin/secret.txt");
+        ok("/admin;jsessionid=1/secret.txt", "/admin/secret.txt");
+        ok("/admin;a=b;c", "/admin");
+        ok("/;jsessionid=1", "/");
+        ok("/a%2F", "/a/");
+        ok("/a%20b/c", "/a%20b/c");
+        ok(
+            "/api/v4/projects/group%2Fproject",
+            "/api/v4/projects/group/project",
+        );
+        // The forwarded path keeps what the client encoded.
+        assert_eq!(
+            normalize("/api/group%2fproject").as_deref(),
+            Ok("/api/group%2Fproject")
+        );
+        for bad in [
+            "/public/..%2Fadmin/secret.txt",
+            "/public/..%2fadmin",
+            "/public%2F..%2Fadmin",
+            "/admin/..;/secret",
+            "/public/..\\admin",
+            "/a%2F%2Fb",
+            "/a%2F.%2Fb",
+            "/%2F/admin",
+            "/a/;x/b",
+            "/public%5C..%5Cadmin",
+        ] {
+            assert_eq!(
+                normalize(bad),
+                Err(PathRejected::AmbiguousSeparator),
+                "{bad}"
+            );
+        }
+        assert!(matches!(route_view("/a/b"), Cow::Borrowed(_)));
+        assert!(matches!(route_view("/a%20b"), Cow::Borrowed(_)));
     }
 }

@@ -139,6 +139,11 @@ impl Snapshot {
         self.index.lookup(host, path)
     }
 
+    /// Looks a path up within one virtual host (see [`crate::matcher::RouteIndex::lookup_in`]).
+    pub fn route_ref_in(&self, vhost: Option<u32>, path: &str) -> Option<RouteRef> {
+        self.index.lookup_in(vhost, path)
+    }
+
     /// Resolves a [`RouteRef`] to its route.
     pub fn resolve(&self, r: RouteRef) -> Option<&Route> {
         match r {

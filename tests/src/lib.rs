@@ -499,6 +499,7 @@ pub fn self_signed(names: &[&str]) -> (String, String) {
     (ck.cert.pem(), ck.signing_key.serialize_pem())
 }
 pub mod apis;
+pub mod echo;
 pub mod fake_api;
 pub mod real_api;
 

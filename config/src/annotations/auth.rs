@@ -322,12 +322,21 @@ fn external(
             .map(str::trim)
             .filter(|h| !h.is_empty())
             .map(|h| {
-                if h.bytes()
+                let lower = h.to_ascii_lowercase();
+                if !h
+                    .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
                 {
-                    Ok(h.to_ascii_lowercase())
-                } else {
                     Err(err(n, format!("{h:?} is not a header name")))
+                } else if super::headers::FRAMING.contains(&lower.as_str()) {
+                    // Copied onto the request after its hop-by-hop fields are gone: an auth
+                    // service must not frame or re-address what the pod receives.
+                    Err(err(
+                        n,
+                        format!("{h} frames or addresses the request and is never copied from the auth service"),
+                    ))
+                } else {
+                    Ok(lower)
                 }
             })
             .collect::<Result<_, _>>()?,
@@ -524,6 +533,10 @@ mod tests {
             ("auth-signin", "javascript:alert(1)"),
             ("auth-signin-redirect-param", "r&d"),
             ("auth-response-headers", "X-Ok, Bad Header"),
+            ("auth-response-headers", "X-Ok, Transfer-Encoding"),
+            ("auth-response-headers", "connection"),
+            ("auth-response-headers", "X-User, Host"),
+            ("auth-response-headers", "Content-Length"),
             ("auth-always-set-cookie", "yes"),
         ] {
             let a = ann(&[("auth-url", "http://a.b.svc/"), (k, v)]);

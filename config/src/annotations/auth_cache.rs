@@ -112,7 +112,11 @@ fn template(name: &'static str, v: &str) -> Result<Vec<KeyPart>, AnnotationError
     Ok(parts)
 }
 
-/// An nginx time: a number with `s`, `m`, `h` or `d` (seconds without).
+/// The longest time an answer may be remembered: a year. Longer is refused, so that no
+/// arithmetic on the value can overflow (an `Instant` plus `u64::MAX` seconds panics).
+pub const LONGEST: Duration = Duration::from_secs(365 * 86_400);
+
+/// An nginx time: a number with `s`, `m`, `h` or `d` (seconds without), at most [`LONGEST`].
 fn time(name: &'static str, v: &str) -> Result<Duration, AnnotationError> {
     let (n, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => (&v[..i], &v[i..]),
@@ -131,6 +135,13 @@ fn time(name: &'static str, v: &str) -> Result<Duration, AnnotationError> {
         .and_then(|n| n.checked_mul(secs))
         .map(Duration::from_secs)
         .ok_or_else(|| err(name, format!("{v:?} is not a time such as 30s or 5m")))
+        .and_then(|d| {
+            if d > LONGEST {
+                Err(err(name, format!("{v:?} is longer than a year")))
+            } else {
+                Ok(d)
+            }
+        })
 }
 
 /// `auth-cache-duration`: comma-separated `[status ...] time` groups, as nginx's
@@ -230,7 +241,16 @@ mod tests {
                 (vec![], Duration::from_secs(3600)),
             ]))
         );
-        for bad in ["200 5x", "999 5m", "200 0m", "5w", "", " , "] {
+        for bad in [
+            "200 5x",
+            "999 5m",
+            "200 0m",
+            "5w",
+            "",
+            " , ",
+            "200 18446744073709551615s",
+            "366d",
+        ] {
             let a = ann(&[
                 ("auth-cache-key", "$http_x_token"),
                 ("auth-cache-duration", bad),

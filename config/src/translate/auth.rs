@@ -54,6 +54,7 @@ pub(super) fn resolve(
     ing: &Ingress,
     src: &ObjectRef,
     world: &World,
+    reach: super::reach::Reach,
     backends: &mut Resolver<'_>,
     p: &mut Problems,
 ) -> Result<Option<Auth>, String> {
@@ -70,6 +71,7 @@ pub(super) fn resolve(
             realm,
         }) => {
             let ns = secret.namespace.unwrap_or_else(|| src.namespace.clone());
+            reach.check(src, ("Secret", &ns, &secret.name), FIELD, p)?;
             let sref = ObjectRef::new("Secret", &ns, &secret.name);
             let Some(s) = world.secrets.get(&(ns.clone(), secret.name.clone())) else {
                 let msg = format!("auth-secret: {sref} not found; the routes answer 503");
@@ -106,6 +108,7 @@ pub(super) fn resolve(
                     namespace,
                     port,
                 } => {
+                    reach.check(src, ("Service", namespace, service), FIELD, p)?;
                     let backend = IngressBackend {
                         resource: None,
                         service: Some(IngressServiceBackend {
@@ -147,6 +150,7 @@ pub(super) fn client_cert(
     ing: &Ingress,
     src: &ObjectRef,
     world: &World,
+    reach: super::reach::Reach,
     p: &mut Problems,
 ) -> Result<Option<ClientCertAuth>, String> {
     let Ok(spec) = tls_annotations::client_cert(annotations_of(ing)) else {
@@ -164,6 +168,7 @@ pub(super) fn client_cert(
         return Ok(None);
     };
     let ns = secret.namespace.unwrap_or_else(|| src.namespace.clone());
+    reach.check(src, ("Secret", &ns, &secret.name), FIELD, p)?;
     let sref = ObjectRef::new("Secret", &ns, &secret.name);
     let mut fail = |reason: &'static str, why: String| {
         let msg = format!("auth-tls-secret: {sref} {why}; the routes answer 503");
@@ -249,6 +254,43 @@ pub(super) fn skips_global_auth(
         .no_auth_locations
         .iter()
         .any(|l| p.starts_with(l.as_str()))
+}
+
+/// Whether the Ingress asks for client certificates (`auth-tls-secret`), readable or not.
+pub(super) fn asks_client_cert(ing: &Ingress) -> bool {
+    !matches!(tls_annotations::client_cert(annotations_of(ing)), Ok(None))
+}
+
+/// Closes every route of a host whose client-certificate rule cannot be enforced (the oldest
+/// Ingress that sets `auth-tls-*` on it is closed for a missing Secret, a `ca.crl`, bad PEM or
+/// any other reason): as the rule covers the whole host, another Ingress's path on it must
+/// not serve without it. Each other Ingress so closed is told why, as an Error.
+pub(super) fn close_hosts_without_their_cert_rule(
+    hosts: &mut std::collections::BTreeMap<crate::model::HostMatch, super::HostRoutes>,
+    locks: &std::collections::BTreeMap<crate::model::HostMatch, (ObjectRef, String)>,
+    p: &mut Problems,
+) {
+    let mut told = std::collections::BTreeSet::new();
+    for (host, (owner, why)) in locks {
+        for route in hosts.get_mut(host).into_iter().flat_map(|r| r.values_mut()) {
+            if route.source != *owner && told.insert(route.source.clone()) {
+                p.report(
+                    Severity::Error,
+                    "HostClientCertNotEnforced",
+                    &route.source,
+                    FIELD,
+                    format!(
+                        "host {host}: the client-certificate rule of {owner}, which covers the whole host, cannot be enforced; every route of the host answers 503"
+                    ),
+                );
+            }
+            route.action = RouteAction::Unavailable(format!(
+                "host {host}: client-certificate rule of {owner} not enforced: {why}"
+            ));
+            route.fallback = None;
+            route.canary = None;
+        }
+    }
 }
 
 /// Gives every route of a host its host's client-certificate rules (the oldest Ingress's that

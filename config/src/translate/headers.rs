@@ -32,6 +32,7 @@ pub(super) fn resolve(
     src: &ObjectRef,
     world: &World,
     settings: &Settings,
+    reach: super::reach::Reach,
     p: &mut Problems,
 ) -> Result<Vec<(String, String)>, String> {
     let spec = match headers::custom_headers(annotations_of(ing)) {
@@ -44,6 +45,7 @@ pub(super) fn resolve(
         }
     };
     let ns = spec.namespace.unwrap_or_else(|| src.namespace.clone());
+    reach.check(src, ("ConfigMap", &ns, &spec.name), FIELD, p)?;
     let cref = ObjectRef::new("ConfigMap", &ns, &spec.name);
     let Some(cm) = world.config_maps.get(&(ns, spec.name)) else {
         let msg = format!("custom-headers: {cref} not found; the routes answer 503");

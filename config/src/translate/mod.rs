@@ -25,6 +25,7 @@ type HostRoutes = BTreeMap<PathMatch, Box<Route>>;
 mod options;
 mod ownership;
 mod passthrough;
+mod reach;
 mod tls;
 mod upstream_tls;
 
@@ -216,6 +217,10 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         .collect();
     ours.sort_by_cached_key(|i| age_key(i));
     let owners = (opts.host_ownership == HostOwnership::Namespace).then(|| Owners::claim(&ours));
+    let reach = reach::Reach::new(
+        settings.allow_cross_namespace,
+        opts.host_ownership == HostOwnership::Namespace,
+    );
 
     let tls = tls::collect(world, &ours, owners.as_ref(), &mut problems);
     let mut backends =
@@ -225,6 +230,9 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     // server, so they cover every path of the host).
     let mut host_certs: BTreeMap<HostMatch, (ObjectRef, crate::behaviour::ClientCertAuth)> =
         BTreeMap::new();
+    // Hosts whose client-certificate rule (that of the oldest Ingress that sets one) cannot be
+    // enforced: every route of such a host closes, whichever Ingress defines it.
+    let mut host_cert_locks: BTreeMap<HostMatch, (ObjectRef, String)> = BTreeMap::new();
     let mut default_backend: Option<Route> = None;
     // Canary paths wait for every main route; regex hosts are rewritten once all is read.
     let mut canaries = Vec::new();
@@ -266,15 +274,23 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
         let mut pool = backend::PoolAnnotations::read(ing, &src, &mut problems);
         let mut locked = options::fail_closed(ing, &src, &mut problems);
         if locked.is_none() {
+            // The controller ConfigMap's global auth service is the operator's, not the
+            // Ingress's: it may be in any namespace.
+            let auth_reach = reach::Reach {
+                others: reach.others || global_auth,
+                ..reach
+            };
             let resolved =
-                auth::resolve(ing, &src, world, &mut backends, &mut problems).and_then(|a| {
-                    options.edits.auth = a;
-                    auth::client_cert(ing, &src, world, &mut problems)
-                });
+                auth::resolve(ing, &src, world, auth_reach, &mut backends, &mut problems).and_then(
+                    |a| {
+                        options.edits.auth = a;
+                        auth::client_cert(ing, &src, world, reach, &mut problems)
+                    },
+                );
             let resolved = resolved
                 .and_then(|c| {
                     options.edits.client_cert = c;
-                    headers::resolve(ing, &src, world, &settings, &mut problems)
+                    headers::resolve(ing, &src, world, &settings, reach, &mut problems)
                 })
                 .and_then(|h| {
                     options.edits.response_headers = h;
@@ -285,6 +301,16 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 Err(why) => locked = Some(crate::model::RouteAction::Unavailable(why)),
             }
         }
+        // `auth-tls-*` asked for but not enforced (a missing Secret, a `ca.crl`, an unreadable
+        // value, or any other reason this Ingress is closed): a rule of the whole host.
+        let cert_unenforced = match &locked {
+            Some(crate::model::RouteAction::Unavailable(why))
+                if auth::asks_client_cert(ing) && options.edits.client_cert.is_none() =>
+            {
+                Some(why.clone())
+            }
+            _ => None,
+        };
         // A closed Ingress stays closed: its default backend must not serve in its place.
         let fallback = backend::fallback(&mut backends, ing, &src, &pool, &mut problems)
             .filter(|_| locked.is_none());
@@ -447,6 +473,13 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                         .entry(host.clone())
                         .or_insert_with(|| (src.clone(), c.clone()));
                 }
+                if let Some(why) = &cert_unenforced
+                    && !host_certs.contains_key(&host)
+                {
+                    host_cert_locks
+                        .entry(host.clone())
+                        .or_insert_with(|| (src.clone(), why.clone()));
+                }
                 let routes = hosts.entry(host.clone()).or_default();
                 if let Some(existing) = routes.get(&path) {
                     problems.report(
@@ -490,6 +523,8 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 
     auth::client_cert_per_host(&mut hosts, &host_certs, &mut problems);
     canary::attach(&mut hosts, canaries, &mut problems);
+    // After the canaries attach: a closed route takes no canary traffic either.
+    auth::close_hosts_without_their_cert_rule(&mut hosts, &host_cert_locks, &mut problems);
     twins.dedup_by(|a, b| a.0 == b.0);
     canary::www_redirects(&mut hosts, twins);
     for host in &regex_hosts {

@@ -8,7 +8,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::review::{Verdict, review};
 use crate::annotations::{self, AnnotationError, access, auth, both, traffic};
-use crate::behaviour::{RouteEdits, RouteLimits};
+use crate::behaviour::{RouteEdits, RouteLimits, SourceRanges};
 use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
 use crate::world::World;
@@ -67,8 +67,9 @@ pub(super) fn annotations_of(ing: &Ingress) -> &BTreeMap<String, String> {
     ing.metadata.annotations.as_ref().unwrap_or(&EMPTY)
 }
 
-/// An Ingress that restricts access with annotations sluice does not enforce (source ranges,
-/// authentication, client certificates, rate limits) is not served open: every route of it
+/// An Ingress that restricts access with annotations sluice does not enforce, or whose access
+/// annotations (source ranges, authentication, client certificates, request limits and their
+/// `limit-whitelist`) cannot be read, is not served open: every route of it
 /// answers 503, and the problem (an Error, so a Warning Event) names the annotations. An
 /// Ingress migrated from ingress-nginx must never become more exposed than it was.
 pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> Option<RouteAction> {
@@ -81,6 +82,7 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
         auth::satisfy_any(ann).err(),
         crate::annotations::client_cert::client_cert(ann).err(),
         access::bandwidth(ann).err(),
+        access::rate_limits(ann).err(),
     ]
     .into_iter()
     .flatten()
@@ -165,6 +167,20 @@ pub(super) fn server_aliases(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -
     or_default(traffic::server_aliases(annotations_of(ing)), src, p)
 }
 
+/// The route's source ranges: each list the Ingress sets, else the controller ConfigMap's
+/// (`whitelist-source-range`, `denylist-source-range`), as ingress-nginx takes each default
+/// from its ConfigMap separately.
+fn source_ranges(ann: &BTreeMap<String, String>, settings: &Settings) -> Option<SourceRanges> {
+    let own = access::source_ranges(ann).ok().flatten();
+    let pick = |own: Option<&Vec<crate::cidr::Cidr>>, global: &Vec<crate::cidr::Cidr>| {
+        own.filter(|l| !l.is_empty()).unwrap_or(global).clone()
+    };
+    let global = &settings.source_ranges;
+    let allow = pick(own.as_ref().map(|o| &o.allow), &global.allow);
+    let deny = pick(own.as_ref().map(|o| &o.deny), &global.deny);
+    (!allow.is_empty() || !deny.is_empty()).then_some(SourceRanges { allow, deny })
+}
+
 /// Per-Ingress options from annotations; invalid annotations are reported and ignored.
 pub(super) fn route_options(
     ing: &Ingress,
@@ -190,7 +206,7 @@ pub(super) fn route_options(
         upstream_vhost: or_default(traffic::upstream_vhost(ann), src, p),
         affinity: or_default(crate::annotations::backends::affinity(ann), src, p),
         // Unreadable access lists lock the Ingress (`fail_closed`), so `None` here never opens.
-        source_ranges: access::source_ranges(ann).ok().flatten(),
+        source_ranges: source_ranges(ann, settings),
         cors: access::cors(ann).ok().flatten(),
         host_redirect: None,
         limits: access::rate_limits(ann).ok().flatten(),

@@ -12,11 +12,12 @@ use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
 use crate::handler::local::Local;
+use crate::state::auth::Gate;
+use crate::state::auth::basic::{Basic, Checked};
 use crate::state::auth::cache::Answer;
 use crate::state::auth::client_cert::{ClientAuth, Judged};
 use crate::state::auth::digest::Refused;
 use crate::state::auth::external::{External, Passed, Via};
-use crate::state::auth::{Gate, basic::Basic};
 use crate::state::routes::{RouteTable, Target};
 use crate::upstream::body::RespBody;
 use crate::upstream::cluster::Cluster;
@@ -45,18 +46,21 @@ pub(crate) struct Asking<'a> {
     pub client: std::net::IpAddr,
     /// The route table the request was routed by (a routed `auth-url` is looked up in it).
     pub table: &'a RouteTable,
+    /// The virtual host the request's route belongs to: an `auth-url` that names the request's
+    /// own host (`$host`) is looked up there alone.
+    pub vhost: Option<u32>,
 }
 
 /// Asks the gate about a request.
 pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> Verdict {
     match gate {
-        Gate::Basic(b) => {
-            if b.admits(req.headers()).await {
-                Verdict::Pass(None)
-            } else {
-                Verdict::Answer(challenge(b))
-            }
-        }
+        Gate::Basic(b) => match b.check(req.headers()).await {
+            Checked::Admitted => Verdict::Pass(skipped(gate)),
+            Checked::Refused => Verdict::Answer(challenge(b)),
+            // Too many slow password checks wait already: 503 at once, so a flood of wrong
+            // passwords cannot queue real logins behind it.
+            Checked::Busy => Verdict::Answer(crate::handler::local::limited(503)),
+        },
         Gate::Digest(d) => {
             let uri = req.uri().path_and_query().map_or("/", |p| p.as_str());
             match d.check(
@@ -64,7 +68,7 @@ pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> 
                 uri,
                 req.headers().get(header::AUTHORIZATION),
             ) {
-                Ok(()) => Verdict::Pass(None),
+                Ok(()) => Verdict::Pass(skipped(gate)),
                 Err(why) => {
                     let mut r = Local::Unauthorized.response();
                     if let Some(c) = d.challenge(why == Refused::Stale) {
@@ -78,16 +82,22 @@ pub(crate) async fn check<B>(gate: &Gate, req: &Request<B>, cx: &Asking<'_>) -> 
     }
 }
 
-/// What a request admitted without asking the gate (`satisfy: any`) carries: an `auth-url`
-/// gate's `auth-response-headers` are removed from it, as nginx's `proxy_set_header` with an
-/// empty value does, so a client cannot pose as the auth service.
+/// What a request carries past a gate that did not hand it fields of its own: admitted
+/// without asking (`satisfy: any`), an `auth-url` gate's `auth-response-headers` are removed
+/// from it, as nginx's `proxy_set_header` with an empty value does, so a client cannot pose
+/// as the auth service; past a Basic or Digest gate, asked or not, the client's
+/// `Authorization` is removed, as ingress-nginx's `proxy_set_header Authorization ""` does, so
+/// that no pod behind the gate ever sees a user's password.
 pub(crate) fn skipped(gate: &Gate) -> Option<Passed> {
     match gate {
         Gate::External(e) => Some(Passed {
             names: e.response_headers.clone(),
             ..Passed::default()
         }),
-        Gate::Basic(_) | Gate::Digest(_) => None,
+        Gate::Basic(_) | Gate::Digest(_) => Some(Passed {
+            names: vec![header::AUTHORIZATION],
+            ..Passed::default()
+        }),
     }
 }
 
@@ -198,8 +208,12 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
 }
 
 /// The pool an auth subrequest goes to and the `Host` it carries: the auth Service's, or for a
-/// routed URL (`https://$host/oauth2/auth`) the pool of the route this table gives its host and
-/// path. A route that itself asks for authentication or a client certificate is refused, so a
+/// routed URL the pool of the route this table gives its host and path. A URL that names the
+/// request's own host (`https://$host/oauth2/auth`) is looked up in the virtual host that
+/// matched the protected route, and only there: a request for `wiki.corp.test` that fell
+/// through to `*.corp.test`'s protected route is checked by `*.corp.test`'s auth route, never
+/// by one that `wiki.corp.test` defines (ingress-nginx's server blocks never mix either). A
+/// route that itself asks for authentication or a client certificate is refused, so a
 /// subrequest never loops or skips a check.
 fn where_to<'a>(
     ext: &'a External,
@@ -207,14 +221,18 @@ fn where_to<'a>(
 ) -> Result<(&'a Arc<Cluster>, HeaderValue), String> {
     match &ext.via {
         Via::Pool(pool, host) => Ok((pool, host.clone())),
-        Via::Routed(host) => {
-            let host = host.as_deref().unwrap_or(cx.host);
-            let mut buf = HostBuf::default();
-            let name = normalize_request_host(host, &mut buf);
-            let action = cx
-                .table
-                .lookup(name, ext.path())
-                .ok_or_else(|| format!("auth-url: no route for {host}{}", ext.path()))?;
+        Via::Routed(named) => {
+            let host = named.as_deref().unwrap_or(cx.host);
+            let found = match named {
+                Some(_) => {
+                    let mut buf = HostBuf::default();
+                    cx.table
+                        .lookup(normalize_request_host(host, &mut buf), ext.path())
+                }
+                None => cx.table.lookup_in(cx.vhost, ext.path()),
+            };
+            let action =
+                found.ok_or_else(|| format!("auth-url: no route for {host}{}", ext.path()))?;
             if action.auth.is_some() || action.client_cert.is_some() {
                 return Err(format!(
                     "auth-url: the route for {host}{} asks for authentication itself",

@@ -172,6 +172,9 @@ pub(crate) async fn dispatch(
         ) && let Some(action) = table.lookup(host, req.uri.path())
             && !action.general_only
             && (action.limiter.is_none() || !conn.trusted)
+            // `block-cidrs` are checked by the general handler, which reads forwarded
+            // addresses; a client that is not a trusted proxy is its own address.
+            && (!table.blocks_any() || (!conn.trusted && !table.blocks(conn.remote.ip())))
             && let Target::Cluster(cluster) = &action.target
             && !cluster.protocol.is_h2()
             && !hashes_fields(&cluster.balance)

@@ -73,17 +73,32 @@ pub(crate) fn intercepts(action: &Action, pool: &Cluster, status: StatusCode) ->
             .is_some_and(|f| !std::ptr::eq(f.as_ref(), pool))
 }
 
-/// Asks the default backend for the page of `status` and returns its answer.
-pub(crate) async fn page(
+/// Whether `pool` is the route's default backend serving in place of the route's own pool
+/// (which has no endpoint, or is gone).
+pub(crate) fn falls_back(action: &Action, pool: &Cluster) -> bool {
+    action
+        .fallback
+        .as_ref()
+        .is_some_and(|f| std::ptr::eq(f.as_ref(), pool))
+        && match &action.target {
+            Target::Cluster(own) => !std::ptr::eq(own.as_ref(), pool),
+            Target::Unavailable(_) => true,
+        }
+}
+
+/// Sets ingress-nginx's error-page fields on a request to the default backend: `X-Code`
+/// (`status`), `X-Format` (the client's `Accept`, else `text/html`), `X-Original-URI`,
+/// `X-Namespace`, `X-Ingress-Name`, `X-Service-Name`, `X-Service-Port`. Whatever a client sent
+/// under those names is replaced, so that the page is chosen by sluice, never by the client.
+/// Used for `custom-http-errors` pages and for requests the default backend serves because
+/// the route's pool has no endpoint (with `X-Code: 503`), as ingress-nginx sends them.
+pub(crate) fn set_fields(
     action: &Action,
-    conn: &ConnInfo,
     status: StatusCode,
-    original: Original,
-    timeout: std::time::Duration,
-) -> Response<RespBody> {
-    let Some(fallback) = &action.fallback else {
-        return Response::new(RespBody::empty());
-    };
+    original_uri: &str,
+    accept: Option<HeaderValue>,
+    h: &mut HeaderMap,
+) {
     let (namespace, ingress) = action
         .names
         .ingress
@@ -95,12 +110,40 @@ pub(crate) async fn page(
     };
     let fields: [(&'static str, String); 6] = [
         ("x-code", status.as_u16().to_string()),
-        ("x-original-uri", original.uri.clone()),
+        ("x-original-uri", original_uri.to_string()),
         ("x-namespace", namespace.to_string()),
         ("x-ingress-name", ingress.to_string()),
         ("x-service-name", service),
         ("x-service-port", port),
     ];
+    for (name, value) in fields {
+        let name = HeaderName::from_static(name);
+        match HeaderValue::from_str(&value) {
+            Ok(v) if !value.is_empty() => {
+                h.insert(name, v);
+            }
+            _ => {
+                h.remove(name);
+            }
+        }
+    }
+    h.insert(
+        HeaderName::from_static("x-format"),
+        accept.unwrap_or_else(|| HeaderValue::from_static("text/html")),
+    );
+}
+
+/// Asks the default backend for the page of `status` and returns its answer.
+pub(crate) async fn page(
+    action: &Action,
+    conn: &ConnInfo,
+    status: StatusCode,
+    original: Original,
+    timeout: std::time::Duration,
+) -> Response<RespBody> {
+    let Some(fallback) = &action.fallback else {
+        return Response::new(RespBody::empty());
+    };
     let mut req = Request::new(ReqBody::empty());
     *req.method_mut() = Method::GET;
     *req.uri_mut() = original
@@ -108,19 +151,7 @@ pub(crate) async fn page(
         .parse()
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     let h = req.headers_mut();
-    for (name, value) in fields {
-        if let Ok(v) = HeaderValue::from_str(&value)
-            && !value.is_empty()
-        {
-            h.insert(HeaderName::from_static(name), v);
-        }
-    }
-    h.insert(
-        HeaderName::from_static("x-format"),
-        original
-            .accept
-            .unwrap_or_else(|| HeaderValue::from_static("text/html")),
-    );
+    set_fields(action, status, &original.uri, original.accept.clone(), h);
     if let Some(v) = original.request_id {
         h.insert(HeaderName::from_static("x-request-id"), v);
     }

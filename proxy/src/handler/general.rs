@@ -160,15 +160,27 @@ pub(crate) fn handle_in(
         if let Err(refusal) = normalize_path(&mut req) {
             return respond_local(dp, refusal, req.version());
         }
+        // `block-cidrs`: refused whatever the route, by the address the trusted-proxy rules
+        // give the client (nginx's `deny` reads `$remote_addr` after the real-IP module).
+        if table.blocks_any()
+            && table.blocks(forwarded::client_ip(
+                conn.remote.ip(),
+                req.headers(),
+                |ip| dp.settings.trusts(ip),
+            ))
+        {
+            return respond_local(dp, Local::Forbidden, req.version());
+        }
         let raw_host = request_host(&req).unwrap_or("");
         if !raw_host.is_empty() && !valid_request_host(raw_host) {
             return respond_local(dp, Local::InvalidHost, req.version());
         }
-        // In a block: the host buffer is not kept across the await below.
+        // In a block: the host buffer is not kept across the await below. Routed, and so
+        // checked, on the path's route view (encoded separators read, `;` parameters dropped).
         let found = {
             let mut buf = HostBuf::default();
             let host = normalize_request_host(raw_host, &mut buf);
-            table.lookup(host, req.uri().path())
+            table.lookup(host, &request_path::route_view(req.uri().path()))
         };
         let Some(action) = found else {
             return respond_local(dp, Local::NoRoute, req.version());
@@ -335,6 +347,7 @@ fn route(
                     tries: dp.settings.upstream_tries,
                     client: client(),
                     table,
+                    vhost: action.vhost,
                 };
                 // Boxed, like the error page below: only routes with external auth wait on it,
                 // and unboxed it would size every request's future (2.7 KB more, copied into
@@ -397,11 +410,21 @@ fn route(
         {
             parts.headers.insert(header::HOST, a);
         }
+        // The default backend serving for a pool with no endpoint gets ingress-nginx's
+        // error-page fields, as for a `custom-http-errors` page (the URI before any rewrite).
+        let fallback_fields = errors::falls_back(action, cluster).then(|| {
+            let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            (uri.to_string(), parts.headers.get(header::ACCEPT).cloned())
+        });
         if let Some(e) = edits {
             e.apply(&mut parts);
         }
         for p in [&cert_fields, &passed].into_iter().flatten() {
             p.apply(&mut parts.headers);
+        }
+        if let Some((uri, accept)) = fallback_fields {
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            errors::set_fields(action, status, &uri, accept, &mut parts.headers);
         }
         let h = &mut parts.headers;
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());

@@ -68,6 +68,9 @@ pub struct Action {
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
+    /// The virtual host the route belongs to (`None`: the default backend): where an
+    /// `auth-url` naming `$host` looks its route up.
+    pub vhost: Option<u32>,
 }
 
 impl Action {
@@ -107,6 +110,8 @@ pub struct RouteTable {
     limiters: Limiters,
     /// Monotonic generation of the applied configuration.
     pub generation: u64,
+    /// The controller ConfigMap's `block-cidrs`: clients refused on every request.
+    blocked: Vec<sluice_config::cidr::Cidr>,
 }
 
 /// Limiters by Ingress and settings.
@@ -147,14 +152,16 @@ impl Compiling<'_> {
     }
 }
 
-fn compile_route(r: &Route, cx: &mut Compiling<'_>) -> Action {
+fn compile_route(r: &Route, vhost: Option<u32>, cx: &mut Compiling<'_>) -> Action {
     let mut action = compile_action(r, &r.action, &r.source, cx);
+    action.vhost = vhost;
     // A canary takes the main route's options (ingress-nginx ignores a canary Ingress's other
     // annotations); only its backend and its names differ.
     action.canary = r.canary.as_ref().and_then(|c| {
         let rule = CanaryRule::compile(c)?;
         let mut side = compile_action(r, &c.action, &c.source, cx);
         side.general_only = true;
+        side.vhost = vhost;
         Some(Box::new((rule, side)))
     });
     action.general_only |= action.canary.is_some() || action.fallback.is_some();
@@ -243,6 +250,7 @@ fn compile_action(
         auth,
         client_cert,
         underscores_in_headers: cx.underscores,
+        vhost: None,
         max_body_size: r.options.limits.max_body_size,
         request_timeout: r.options.limits.read_timeout,
         edits,
@@ -268,6 +276,7 @@ impl RouteTable {
             client_auth: HashMap::new(),
             limiters: Limiters::new(),
             generation: 0,
+            blocked: Vec::new(),
         }
     }
 
@@ -291,16 +300,18 @@ impl RouteTable {
         let actions: Vec<Vec<Action>> = snapshot
             .virtual_hosts()
             .iter()
-            .map(|vh| {
+            .enumerate()
+            .map(|(vi, vh)| {
+                let vi = u32::try_from(vi).ok();
                 vh.routes
                     .iter()
-                    .map(|r| compile_route(r, &mut cx))
+                    .map(|r| compile_route(r, vi, &mut cx))
                     .collect()
             })
             .collect();
         let default = snapshot
             .default_backend()
-            .map(|r| compile_route(r, &mut cx));
+            .map(|r| compile_route(r, None, &mut cx));
         let passthrough = snapshot
             .passthrough()
             .iter()
@@ -327,6 +338,7 @@ impl RouteTable {
                     .or_insert_with(|| Arc::clone(c));
             }
         }
+        let blocked = snapshot.settings().block_cidrs.clone();
         Self {
             snapshot,
             actions,
@@ -335,7 +347,18 @@ impl RouteTable {
             client_auth,
             limiters: cx.limiters,
             generation,
+            blocked,
         }
+    }
+
+    /// Whether the controller ConfigMap blocks any client (`block-cidrs`).
+    pub fn blocks_any(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// Whether a client at `ip` is refused on every request (`block-cidrs`).
+    pub fn blocks(&self, ip: std::net::IpAddr) -> bool {
+        self.blocked.iter().any(|c| c.contains(ip))
     }
 
     /// Whether any host asks for client certificates (only then is a ClientHello read first).
@@ -370,6 +393,17 @@ impl RouteTable {
     /// The snapshot this table was compiled from.
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snapshot
+    }
+
+    /// Finds the action for a path within one virtual host (`None`: the host-less one), with
+    /// no fall-through (see [`sluice_config::matcher::RouteIndex::lookup_in`]).
+    pub fn lookup_in(&self, vhost: Option<u32>, path: &str) -> Option<&Action> {
+        match self.snapshot.route_ref_in(vhost, path)? {
+            RouteRef::Default => None,
+            RouteRef::Rule { vhost, route } => {
+                self.actions.get(vhost as usize)?.get(route as usize)
+            }
+        }
     }
 
     /// Finds the action for a normalized host and a path (no query). Allocation-free.

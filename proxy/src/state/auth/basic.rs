@@ -2,12 +2,14 @@
 //! keyed 64-bit fingerprint of its `Authorization` value in a small lock-free table, so a
 //! client's next requests cost a hash, not a bcrypt round. Slow schemes (bcrypt, SHA-crypt)
 //! are checked on the blocking pool, at most [`SLOW_AT_ONCE`] at a time per route, so a flood of
-//! wrong passwords cannot take the event loop or every core.
+//! wrong passwords cannot take the event loop or every core; at most [`SLOW_WAITING`] more wait
+//! for a place, and a check past that is answered at once ([`Checked::Busy`], 503) instead of
+//! queueing, so that a flood cannot delay a real login by more than that queue's worth.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -23,6 +25,8 @@ use super::password;
 pub const PASSED_SLOTS: usize = 256;
 /// Slow password checks running at once per route.
 pub const SLOW_AT_ONCE: usize = 2;
+/// Slow password checks that may wait for a place per route.
+pub const SLOW_WAITING: usize = 32;
 /// The longest password checked (bytes); nginx's own limit is the request head's size.
 pub const MAX_PASSWORD: usize = 1024;
 
@@ -35,6 +39,28 @@ pub struct Basic {
     passed: Box<[AtomicU64]>,
     keys: std::hash::RandomState,
     slow: Arc<Semaphore>,
+    /// Checks waiting for a place under `slow`.
+    waiting: AtomicUsize,
+}
+
+/// What a Basic check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// The credentials of a user of the route.
+    Admitted,
+    /// No credentials, or wrong ones.
+    Refused,
+    /// Too many slow checks already wait: not checked.
+    Busy,
+}
+
+/// Counts a waiting check until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Basic {
@@ -54,6 +80,7 @@ impl Basic {
             passed: (0..PASSED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             keys: std::hash::RandomState::new(),
             slow: Arc::new(Semaphore::new(SLOW_AT_ONCE)),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -63,31 +90,43 @@ impl Basic {
 
     /// Whether the request carries the credentials of a user of the route.
     pub async fn admits(&self, headers: &HeaderMap) -> bool {
+        self.check(headers).await == Checked::Admitted
+    }
+
+    /// Checks the request's credentials (see [`Checked`]).
+    pub async fn check(&self, headers: &HeaderMap) -> Checked {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return false;
+            return Checked::Refused;
         };
         let fp = self.fingerprint(value.as_bytes());
         let slot = &self.passed[(fp >> 1) as usize % PASSED_SLOTS];
         if slot.load(Ordering::Relaxed) == fp {
-            return true;
+            return Checked::Admitted;
         }
         let Some((user, pass)) = decode(value.as_bytes()) else {
-            return false;
+            return Checked::Refused;
         };
         // Hash cost grows with the password (apr1 hashes it 1,000 times, SHA-crypt more): a
         // longer one is refused before any hashing.
         if pass.len() > MAX_PASSWORD {
-            return false;
+            return Checked::Refused;
         }
         let Some(stored) = self.users.get(user.as_slice()) else {
-            return false;
+            return Checked::Refused;
         };
         let ok = if stored.scheme.is_slow() {
+            // The queue is bounded: past it, answer at once rather than wait behind a flood.
+            if self.waiting.fetch_add(1, Ordering::Relaxed) >= SLOW_AT_ONCE + SLOW_WAITING {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                return Checked::Busy;
+            }
+            let waiting = Waiting(&self.waiting);
             // The permit travels with the blocking task: a client that gives up does not free
             // a place while its hash still runs.
             let Ok(permit) = Arc::clone(&self.slow).acquire_owned().await else {
-                return false;
+                return Checked::Refused;
             };
+            drop(waiting);
             let stored = stored.clone();
             tokio::task::spawn_blocking(move || {
                 let ok = password::verify(&stored, &pass);
@@ -101,8 +140,10 @@ impl Basic {
         };
         if ok {
             slot.store(fp, Ordering::Relaxed);
+            Checked::Admitted
+        } else {
+            Checked::Refused
         }
-        ok
     }
 }
 

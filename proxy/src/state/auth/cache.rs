@@ -89,11 +89,15 @@ impl AnswerCache {
         }
     }
 
-    /// The request's key: the template with its variables filled in as raw bytes (a missing
-    /// one is empty, as in nginx), each followed by a separator so that `a`+`bc` and `ab`+`c`
-    /// differ.
+    /// The request's key: the host the request named, then the template with its variables
+    /// filled in as raw bytes (a missing one is empty, as in nginx), each followed by a
+    /// separator so that `a`+`bc` and `ab`+`c` differ. The host is always part of it: one
+    /// route (a wildcard's, with `auth-url: http://$host/…`) serves many hosts, and one host's
+    /// answer must never admit a request for another.
     pub fn key_for<B>(&self, req: &Request<B>, client: IpAddr, host: &str) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(host.to_ascii_lowercase().as_bytes());
+        out.push(0x1e);
         let h = req.headers();
         for part in &self.key {
             match part {
@@ -165,9 +169,13 @@ impl AnswerCache {
         else {
             return;
         };
+        // Translation caps the time at a year; checked anyway, as a time from input.
+        let Some(expires) = Instant::now().checked_add(ttl) else {
+            return;
+        };
         self.slot(&key).store(Some(Arc::new(Entry {
             key: key.into_boxed_slice(),
-            expires: Instant::now() + ttl,
+            expires,
             answer: Arc::new(answer.clone()),
         })));
     }
@@ -223,7 +231,20 @@ mod tests {
             .body(())
             .unwrap_or_default();
         let key = c.key_for(&req, IpAddr::from([10, 0, 0, 1]), "h.test");
-        assert_eq!(key, b"alice\x1ft\x1fabc\x1f1\x1f10.0.0.1\x1f");
+        assert_eq!(key, b"h.test\x1ealice\x1ft\x1fabc\x1f1\x1f10.0.0.1\x1f");
+        let other = c.key_for(&req, IpAddr::from([10, 0, 0, 1]), "wiki.H.test");
+        assert_ne!(key, other, "one host's answer never serves another's");
+        assert!(other.starts_with(b"wiki.h.test\x1e"));
+    }
+
+    #[test]
+    fn a_time_no_clock_can_hold_is_not_kept_and_does_not_panic() {
+        let c = AnswerCache::new(&AuthCache {
+            key: vec![KeyPart::Method],
+            valid: vec![(vec![], Duration::MAX)],
+        });
+        c.put(b"a".to_vec(), &answer(200));
+        assert!(c.get(b"a").is_none());
     }
 
     #[test]

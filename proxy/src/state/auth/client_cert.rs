@@ -174,17 +174,23 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
                         .map(str::to_string)
                         .unwrap_or_else(|_| a.attr_type().to_id_string());
                     let value = a.as_str().unwrap_or("");
-                    let mut escaped = String::with_capacity(value.len());
-                    for (i, ch) in value.chars().enumerate() {
+                    let mut escaped = String::with_capacity(key.len() + 1 + value.len());
+                    escaped.push_str(&key);
+                    escaped.push('=');
+                    // One pass, no per-character count: this runs on every presented
+                    // certificate, before it is verified, so an attacker's 64 KB name must
+                    // cost linear time.
+                    let last = value.len().saturating_sub(1);
+                    for (i, ch) in value.char_indices() {
                         if ",+\"\\<>;".contains(ch)
                             || (i == 0 && (ch == '#' || ch == ' '))
-                            || (i + 1 == value.chars().count() && ch == ' ')
+                            || (i == last && ch == ' ')
                         {
                             escaped.push('\\');
                         }
                         escaped.push(ch);
                     }
-                    format!("{key}={escaped}")
+                    escaped
                 })
                 .collect::<Vec<_>>()
                 .join("+")
@@ -193,14 +199,18 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
     rdns.into_iter().rev().collect::<Vec<_>>().join(",")
 }
 
-/// Percent-encodes all but RFC 3986's unreserved characters.
+/// Percent-encodes all but RFC 3986's unreserved characters (no allocation per byte: a
+/// client's certificate may be large).
 fn url_encode(s: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(s.len() * 3 / 2);
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
         }
     }
     out

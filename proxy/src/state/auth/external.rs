@@ -158,7 +158,18 @@ impl External {
             h.insert(HeaderName::from_static("x-original-url"), v);
         }
         if let Ok(v) = HeaderValue::from_str(req.method().as_str()) {
-            h.insert(HeaderName::from_static("x-original-method"), v);
+            h.insert(HeaderName::from_static("x-original-method"), v.clone());
+            // Traefik-style auth services decide on these two: sluice's, never the client's
+            // (whose own copies are replaced, as `X-Forwarded-Host` and `-Proto` are).
+            h.insert(HeaderName::from_static("x-forwarded-method"), v);
+        }
+        match HeaderValue::from_str(uri) {
+            Ok(v) => {
+                h.insert(HeaderName::from_static("x-forwarded-uri"), v);
+            }
+            Err(_) => {
+                h.remove("x-forwarded-uri");
+            }
         }
         let redirect = self
             .request_redirect

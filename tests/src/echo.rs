@@ -1,0 +1,101 @@
+//! A pod that says what it was sent: its name, the request target exactly as it arrived, and
+//! every field, one per line, so that a test can check what the pod behind a route sees (the
+//! path a backend that decodes it would serve, whether a password reached it). It answers with
+//! a fixed status, so one can stand in for a strict or a permissive auth service too.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+
+/// A running echo pod.
+#[derive(Debug, Clone)]
+pub struct Echo {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// What it answered to each request it was sent, in order.
+    pub seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Echo {
+    /// What it answered to its last request.
+    pub fn last(&self) -> Option<String> {
+        self.seen.lock().ok()?.last().cloned()
+    }
+}
+
+/// Starts an echo pod named `name` on a free loopback port, answering `status` (HTTP/1.1 and
+/// h2c).
+pub async fn start(name: &str, status: u16) -> Echo {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let name: Arc<str> = Arc::from(name);
+    let status = StatusCode::from_u16(status).unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let name = Arc::clone(&name);
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let name = Arc::clone(&name);
+                    let log = Arc::clone(&log);
+                    async move {
+                        let mut body = format!("name={name}\ntarget={}\n", req.uri());
+                        for (n, v) in req.headers() {
+                            body.push_str(&format!(
+                                "{n}={}\n",
+                                String::from_utf8_lossy(v.as_bytes())
+                            ));
+                        }
+                        log.lock().unwrap().push(body.clone());
+                        let mut r = Response::new(Full::new(Bytes::from(body)));
+                        *r.status_mut() = status;
+                        r.headers_mut().insert("x-backend", name.parse().unwrap());
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                .await;
+            });
+        }
+    });
+    Echo { addr, seen }
+}
+
+/// The value of `field` in an echo pod's body (`target` for the request target, `name` for
+/// the pod's name, a lower-case field name otherwise).
+pub fn field<'a>(body: &'a str, field: &str) -> Option<&'a str> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix('='))
+}
+
+/// Sends `request` (raw bytes, which should ask for `Connection: close`) to `addr` and reads
+/// the whole answer: status code and body (after the head).
+pub async fn raw(addr: SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -1,0 +1,560 @@
+//! The ways past an access rule an attacker's read found, each reproduced against `sluice
+//! serve` over real sockets (raw HTTP/1 heads, so that nothing in a client library tidies the
+//! path first, and h2c): an encoded slash, a `;` parameter or a backslash skipping a route's
+//! authentication; an `auth-url` naming `$host` answered by another host's route; a host's
+//! client-certificate rule that could not be enforced leaving the host's other paths open;
+//! the controller ConfigMap's source ranges ignored; an unreadable `limit-whitelist` dropping
+//! the limit; an `auth-cache-duration` that overflowed the clock; Basic credentials reaching
+//! the pod; `auth-secret` of another namespace; the default backend serving an empty pool
+//! without ingress-nginx's `X-Code`; the client's own `X-Forwarded-Uri` reaching the auth
+//! service.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+
+use sluice_tests::echo::{self, field};
+use sluice_tests::*;
+
+const N: &str = "nginx.ingress.kubernetes.io/";
+
+/// `alice:s3cret`, plain, as htpasswd's `{PLAIN}` scheme reads it.
+const USERS: &str = "alice:{PLAIN}s3cret\n";
+/// `Basic base64(alice:s3cret)`.
+const ALICE: &str = "Basic YWxpY2U6czNjcmV0";
+
+/// A raw GET with `Connection: close` and these extra header lines.
+async fn get_raw(addr: SocketAddr, host: &str, target: &str, extra: &str) -> (u16, String) {
+    echo::raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// A Service named `svc` in `ns` with `addr` as its one endpoint.
+fn pod_service(svc: &str, ns: &str, addr: SocketAddr) -> String {
+    [service(svc), endpoint_slices(svc, &[addr])]
+        .join("---\n")
+        .replace("namespace: default", &format!("namespace: {ns}"))
+}
+
+/// An Ingress `name` with paths `(path, type, service)` on `host`, annotations without the
+/// ingress-nginx prefix, created at `created` (RFC 3339; older wins a conflict).
+fn ing(
+    name: &str,
+    host: &str,
+    paths: &[(&str, &str, &str)],
+    ann: &[(&str, &str)],
+    created: &str,
+) -> String {
+    let keys: Vec<(String, String)> = ann
+        .iter()
+        .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
+        .collect();
+    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    annotated_ingress(name, host, paths, &ann).replacen(
+        "  namespace: default\n",
+        &format!("  namespace: default\n  creationTimestamp: \"{created}\"\n"),
+        1,
+    )
+}
+
+struct Site {
+    s: Serving,
+    _m: Manifests,
+}
+
+impl Site {
+    fn http(&self) -> SocketAddr {
+        self.s.running.http_addr.unwrap()
+    }
+}
+
+/// `app.test`: `/admin` behind Basic auth (Service `admin`), `/` open (Service `public`).
+async fn admin_site() -> Site {
+    let admin = echo::start("admin", 200).await;
+    let public = echo::start("public", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            pod_service("admin", "default", admin.addr),
+            pod_service("public", "default", public.addr),
+        ]
+        .join("---\n"),
+    );
+    m.write("users.yaml", &opaque_secret("users", &[("auth", USERS)]));
+    m.write(
+        "ing.yaml",
+        &[
+            ing(
+                "admin",
+                "app.test",
+                &[("/admin", "Prefix", "admin")],
+                &[("auth-type", "basic"), ("auth-secret", "users")],
+                "2024-01-01T00:00:00Z",
+            ),
+            ing(
+                "public",
+                "app.test",
+                &[("/", "Prefix", "public")],
+                &[],
+                "2024-01-02T00:00:00Z",
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    Site { s, _m: m }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encoded_slash_a_parameter_or_a_backslash_never_skips_a_routes_auth() {
+    let site = admin_site().await;
+    let http = site.http();
+    assert_eq!(
+        get_raw(http, "app.test", "/admin/secret.txt", "").await.0,
+        401
+    );
+    for target in [
+        "/admin%2Fsecret.txt",
+        "/admin%2fsecret.txt",
+        "/admin%5Csecret.txt",
+        "/admin;x=1/secret.txt",
+        "/admin;/secret.txt",
+        "/ADMIN/../admin%2Fsecret.txt",
+        "//admin%2fsecret.txt",
+    ] {
+        let (status, body) = get_raw(http, "app.test", target, "").await;
+        assert_eq!(status, 401, "{target} must ask for credentials: {body}");
+    }
+    // Decoded, these climb out of the segment the route saw: refused outright.
+    for target in [
+        "/public/..%2Fadmin/secret.txt",
+        "/public/..%2fadmin/secret.txt",
+        "/public%2F..%2Fadmin/secret.txt",
+        "/public/..;/admin/secret.txt",
+        "/public/..%5Cadmin/secret.txt",
+        "/public%2F%2Fadmin",
+    ] {
+        let (status, body) = get_raw(http, "app.test", target, "").await;
+        assert_eq!(status, 400, "{target}: {body}");
+    }
+    // A bare backslash: http's parser may refuse it, but it never reaches the open route.
+    let (status, body) = get_raw(http, "app.test", "/admin\\secret.txt", "").await;
+    assert!(matches!(status, 400 | 401), "{status}: {body}");
+    // With credentials the pod gets the path as the client encoded it, and no password.
+    let (status, body) = get_raw(
+        http,
+        "app.test",
+        "/admin%2Fsecret.txt?x=1",
+        &format!("Authorization: {ALICE}\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "name"), Some("admin"));
+    assert_eq!(field(&body, "target"), Some("/admin%2Fsecret.txt?x=1"));
+    assert_eq!(
+        field(&body, "authorization"),
+        None,
+        "ingress-nginx clears Authorization behind Basic auth"
+    );
+    // Open paths with encoded slashes still work, and keep them.
+    let (status, body) = get_raw(http, "app.test", "/api/group%2Fproject", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "target"), Some("/api/group%2Fproject"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_h2c_an_encoded_slash_is_routed_as_a_slash_too() {
+    use http_body_util::{BodyExt, Empty};
+    let site = admin_site().await;
+    let tcp = tokio::net::TcpStream::connect(site.http()).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for (target, auth, want) in [
+        ("/admin/secret.txt", None, 401),
+        ("/admin%2Fsecret.txt", None, 401),
+        ("/admin;x/secret.txt", None, 401),
+        ("/public/..%2Fadmin/secret.txt", None, 400),
+        ("/public/x", None, 200),
+        ("/admin%2Fsecret.txt", Some(ALICE), 200),
+    ] {
+        // Routed on `:authority`, as every HTTP/2 request is.
+        let mut req = http::Request::get(format!("http://app.test{target}"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = send
+            .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, want, "{target}: {body}");
+        if auth.is_some() {
+            assert_eq!(field(&body, "name"), Some("admin"));
+            assert_eq!(field(&body, "authorization"), None, "{body}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auth_url_naming_host_is_resolved_in_the_virtual_host_of_the_protected_route() {
+    let strict = echo::start("strict", 401).await;
+    let permissive = echo::start("permissive", 200).await;
+    let secret = echo::start("secret", 200).await;
+    let wiki = echo::start("wiki", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            pod_service("strict", "default", strict.addr),
+            pod_service("permissive", "default", permissive.addr),
+            pod_service("secret", "default", secret.addr),
+            pod_service("wiki", "default", wiki.addr),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &[
+            ing(
+                "corp",
+                "*.corp.test",
+                &[("/", "Prefix", "secret")],
+                &[("auth-url", "http://$host/auth")],
+                "2024-01-01T00:00:00Z",
+            ),
+            ing(
+                "corp-auth",
+                "*.corp.test",
+                &[("/auth", "Prefix", "strict")],
+                &[],
+                "2024-01-02T00:00:00Z",
+            ),
+            ing(
+                "wiki",
+                "wiki.corp.test",
+                &[
+                    ("/auth", "Prefix", "permissive"),
+                    ("/wiki", "Prefix", "wiki"),
+                ],
+                &[],
+                "2024-01-03T00:00:00Z",
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    // wiki.corp.test has no /admin: the request falls through to *.corp.test's protected
+    // route, whose auth route is *.corp.test's strict one, never wiki's permissive one.
+    let (status, body) = get_raw(http, "wiki.corp.test", "/admin/secret.txt", "").await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = get_raw(http, "hr.corp.test", "/admin/secret.txt", "").await;
+    assert_eq!(status, 401);
+    let (status, body) = get_raw(http, "wiki.corp.test", "/wiki/page", "").await;
+    assert_eq!((status, field(&body, "name")), (200, Some("wiki")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_client_certificate_rule_cannot_be_enforced_closes_every_path() {
+    let pod = echo::start("pod", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
+    m.write(
+        "ing.yaml",
+        &[
+            ing(
+                "mtls-a",
+                "mtls.test",
+                &[("/", "Prefix", "svc")],
+                &[("auth-tls-secret", "default/missing-ca")],
+                "2024-01-01T00:00:00Z",
+            ),
+            ing(
+                "mtls-b",
+                "mtls.test",
+                &[("/api", "Prefix", "svc")],
+                &[],
+                "2024-01-02T00:00:00Z",
+            ),
+            ing(
+                "other",
+                "other.test",
+                &[("/", "Prefix", "svc")],
+                &[],
+                "2024-01-03T00:00:00Z",
+            ),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    assert_eq!(get_raw(http, "mtls.test", "/", "").await.0, 503);
+    assert_eq!(get_raw(http, "mtls.test", "/api/x", "").await.0, 503);
+    assert_eq!(get_raw(http, "other.test", "/", "").await.0, 200);
+    let status = status_text(&s).await;
+    assert!(
+        status.contains("Ingress default/mtls-b: metadata.annotations: host mtls.test: the client-certificate rule of Ingress default/mtls-a, which covers the whole host, cannot be enforced"),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configmaps_source_ranges_and_block_cidrs_are_enforced() {
+    let pod = echo::start("pod", 200).await;
+    let rows = |cm: &str| {
+        let m = Manifests::new();
+        m.write("class.yaml", &ingress_class());
+        m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
+        m.write("cm.yaml", &controller_configmap(cm));
+        m.write(
+            "ing.yaml",
+            &[
+                ing(
+                    "plain",
+                    "plain.test",
+                    &[("/", "Prefix", "svc")],
+                    &[],
+                    "2024-01-01T00:00:00Z",
+                ),
+                ing(
+                    "own",
+                    "own.test",
+                    &[("/", "Prefix", "svc")],
+                    &[("whitelist-source-range", "127.0.0.0/8")],
+                    "2024-01-02T00:00:00Z",
+                ),
+            ]
+            .join("---\n"),
+        );
+        m
+    };
+    let cases: [(&str, u16, u16); 5] = [
+        // (ConfigMap data, plain.test, own.test)
+        ("  whitelist-source-range: 10.0.0.0/8\n", 403, 200),
+        ("  denylist-source-range: 127.0.0.1/32\n", 403, 403),
+        ("  block-cidrs: 127.0.0.0/8\n", 403, 403),
+        ("  whitelist-source-range: 10.0.0.0/8,bogus\n", 403, 403),
+        ("  block-cidrs: 10.0.0.0/8\n", 200, 200),
+    ];
+    for (cm, plain, own) in cases {
+        let m = rows(cm);
+        let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+        let http = s.running.http_addr.unwrap();
+        assert_eq!(get_raw(http, "plain.test", "/", "").await.0, plain, "{cm}");
+        assert_eq!(get_raw(http, "own.test", "/", "").await.0, own, "{cm}");
+        // The direct path (keep-alive, body-less) decides the same.
+        let r = get(&client(), http, "plain.test", "/").await.unwrap();
+        assert_eq!(r.status.as_u16(), plain, "{cm} (keep-alive)");
+        let status = status_text(&s).await;
+        assert!(
+            !status.contains("sluice does not know this key"),
+            "{cm}: {status}"
+        );
+        if cm.contains("bogus") {
+            assert!(
+                status.contains("data[whitelist-source-range]")
+                    && status.contains("every client is refused"),
+                "{status}"
+            );
+        }
+        s.running.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_limit_and_cache_annotations_close_their_routes_and_are_reported() {
+    let pod = echo::start("pod", 200).await;
+    let auth = echo::start("auth", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            pod_service("svc", "default", pod.addr),
+            pod_service("auth", "default", auth.addr),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "cm.yaml",
+        &controller_configmap("  global-auth-cache-duration: \"200 18446744073709551615s\"\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &[
+            nginx_ingress(
+                "limited",
+                "svc",
+                &[("limit-rps", "1"), ("limit-whitelist", "10.0.0.0/8,bogus")],
+            ),
+            nginx_ingress(
+                "cached",
+                "svc",
+                &[
+                    ("auth-url", "http://auth.default.svc.cluster.local/check"),
+                    ("auth-cache-key", "$remote_addr"),
+                    ("auth-cache-duration", "200 18446744073709551615s"),
+                ],
+            ),
+            nginx_ingress("fine", "svc", &[]),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+    let http = s.running.http_addr.unwrap();
+    for _ in 0..3 {
+        assert_eq!(get_raw(http, "limited.test", "/", "").await.0, 503);
+        assert_eq!(get_raw(http, "cached.test", "/", "").await.0, 503);
+    }
+    assert_eq!(get_raw(http, "fine.test", "/", "").await.0, 200);
+    let status = status_text(&s).await;
+    assert!(status.contains("limit-whitelist"), "{status}");
+    assert!(status.contains("longer than a year"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auth_secret_of_another_namespace_is_refused_unless_the_operator_allows_it() {
+    let pod = echo::start("pod", 200).await;
+    for (allow, want) in [(false, 503), (true, 401)] {
+        let m = Manifests::new();
+        m.write("class.yaml", &ingress_class());
+        m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
+        m.write(
+            "users.yaml",
+            &opaque_secret("users", &[("auth", USERS)])
+                .replace("namespace: default", "namespace: other"),
+        );
+        m.write(
+            "cm.yaml",
+            &controller_configmap(&format!("  allow-cross-namespace-resources: \"{allow}\"\n")),
+        );
+        m.write(
+            "ing.yaml",
+            &nginx_ingress(
+                "cross",
+                "svc",
+                &[("auth-type", "basic"), ("auth-secret", "other/users")],
+            ),
+        );
+        let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
+        let http = s.running.http_addr.unwrap();
+        assert_eq!(
+            get_raw(http, "cross.test", "/", "").await.0,
+            want,
+            "allow={allow}"
+        );
+        let status = status_text(&s).await;
+        assert_eq!(
+            status.contains("Secret other/users is in another namespace than the Ingress"),
+            !allow,
+            "{status}"
+        );
+        if allow {
+            let (code, _) = get_raw(
+                http,
+                "cross.test",
+                "/",
+                &format!("Authorization: {ALICE}\r\n"),
+            )
+            .await;
+            assert_eq!(code, 200);
+        }
+        s.running.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_backend_serving_an_empty_pool_gets_the_error_fields() {
+    let fallback = echo::start("fallback", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            service("empty"),
+            pod_service("errors", "default", fallback.addr),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &nginx_ingress("app", "empty", &[("default-backend", "errors")]),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let (status, body) = get_raw(
+        http,
+        "app.test",
+        "/some/page?q=1",
+        "Accept: application/json\r\nX-Code: 200\r\n",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "name"), Some("fallback"));
+    assert_eq!(field(&body, "x-code"), Some("503"), "{body}");
+    assert_eq!(field(&body, "x-format"), Some("application/json"));
+    assert_eq!(field(&body, "x-original-uri"), Some("/some/page?q=1"));
+    assert_eq!(field(&body, "x-namespace"), Some("default"));
+    assert_eq!(field(&body, "x-ingress-name"), Some("app"));
+    assert_eq!(field(&body, "x-service-name"), Some("empty"));
+    assert_eq!(field(&body, "x-service-port"), Some("80"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_service_sees_sluices_forwarded_uri_and_method_never_the_clients() {
+    let auth = echo::start("auth", 200).await;
+    let pod = echo::start("pod", 200).await;
+    let m = Manifests::new();
+    m.write("class.yaml", &ingress_class());
+    m.write(
+        "svc.yaml",
+        &[
+            pod_service("svc", "default", pod.addr),
+            pod_service("auth", "default", auth.addr),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "ing.yaml",
+        &nginx_ingress(
+            "ext",
+            "svc",
+            &[
+                ("auth-url", "http://auth.default.svc.cluster.local/check"),
+                // The auth service's answer is the echo of its request: copy what it saw.
+                ("auth-response-headers", "X-Seen"),
+            ],
+        ),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let (status, _) = get_raw(
+        http,
+        "ext.test",
+        "/private/doc?a=1",
+        "X-Forwarded-Uri: /public\r\nX-Forwarded-Method: OPTIONS\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sub = auth.last().unwrap();
+    assert_eq!(
+        field(&sub, "x-forwarded-uri"),
+        Some("/private/doc?a=1"),
+        "{sub}"
+    );
+    assert_eq!(field(&sub, "x-forwarded-method"), Some("GET"), "{sub}");
+    assert_eq!(field(&sub, "x-original-method"), Some("GET"), "{sub}");
+}
