@@ -91,11 +91,10 @@ async fn a_path_cannot_climb_out_of_the_route_that_matched_it() {
         let r = raw(http, &get_raw(path, "both.test", "")).await;
         assert!(r.contains("x-backend: adm"), "{path}: {r}");
     }
+    // An encoded slash is read as a separator for routing (as a backend that decodes it would
+    // read it); one that would make a dot segment of `..` is refused (request_path.rs).
     let r = raw(http, &get_raw("/public/..%2f..%2fadmin", "public.test", "")).await;
-    assert!(
-        r.contains("x-backend: pub"),
-        "an encoded slash is data, not a separator: {r}"
-    );
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
     for above in ["/..", "/public/../../admin", "/%2e%2e/x"] {
         let r = raw(http, &get_raw(above, "public.test", "")).await;
         assert!(r.starts_with("HTTP/1.1 400"), "{above}: {r}");
