@@ -143,6 +143,9 @@ pub struct ExternalAuth {
     pub path: String,
     /// What the annotations ask of the subrequest and its answer.
     pub options: ExternalOptions,
+    /// A host outside sluice's routes that the operator allows: called directly when no
+    /// route of sluice's serves the URL's host and path.
+    pub remote: Option<Remote>,
 }
 
 /// Who answers an `auth-url` subrequest.
@@ -153,6 +156,86 @@ pub enum AuthTarget {
     /// Whatever sluice's routes send this host (`None`: the request's own) and the URL's path
     /// to, looked up per request in the same route table.
     Routed(Option<String>),
+}
+
+/// Where an `auth-url` outside the cluster is: scheme, host (a name or an IP literal) and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// `https://`.
+    pub https: bool,
+    /// The host, lower case.
+    pub host: String,
+    /// The port (the scheme's when the URL names none).
+    pub port: u16,
+}
+
+/// An `auth-url` sluice may call outside its own routes, because the operator allows its host
+/// (`--auth-url-allow`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Remote {
+    /// Where.
+    pub origin: Origin,
+    /// Allowed by name: whatever addresses the name resolves to. Otherwise every address it
+    /// resolves to must be in `cidrs`, checked at each call (so a name re-pointed elsewhere
+    /// is refused).
+    pub by_name: bool,
+    /// The operator's allowed blocks.
+    pub cidrs: Vec<crate::cidr::Cidr>,
+}
+
+/// The operator's `--auth-url-allow`: the hosts an `auth-url` may name outside the cluster
+/// (`auth.example.com`, `*.example.com` for any name below it) and the address blocks its
+/// name may resolve to (or its IP literal be in). Empty: sluice calls no host it does not
+/// route itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct AuthUrlAllow {
+    /// Host names, lower case; `*.suffix` allows every name ending in `.suffix`.
+    pub names: Vec<String>,
+    /// Address blocks.
+    pub cidrs: Vec<crate::cidr::Cidr>,
+}
+
+impl AuthUrlAllow {
+    /// Reads a comma-separated list of names, `*.suffix` wildcards and CIDR blocks (an address
+    /// alone is a block of one).
+    pub fn parse(v: &str) -> Result<Self, String> {
+        let mut out = Self::default();
+        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            if let Ok(c) = item.parse::<crate::cidr::Cidr>() {
+                out.cidrs.push(c);
+                continue;
+            }
+            let name = item.strip_prefix("*.").unwrap_or(item).to_ascii_lowercase();
+            let label = |l: &str| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            };
+            if !name.contains('.') && name != "localhost" || !name.split('.').all(label) {
+                return Err(format!(
+                    "{item:?} is not a host name (auth.example.com, *.example.com) or an address block"
+                ));
+            }
+            out.names.push(item.to_ascii_lowercase());
+        }
+        Ok(out)
+    }
+
+    /// What the list allows for `origin`: `None` when nothing.
+    pub fn remote(&self, origin: &Origin) -> Option<Remote> {
+        let by_name = self.names.iter().any(|n| match n.strip_prefix("*.") {
+            Some(suffix) => origin
+                .host
+                .strip_suffix(suffix)
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            None => *n == origin.host,
+        });
+        (by_name || !self.cidrs.is_empty()).then(|| Remote {
+            origin: origin.clone(),
+            by_name,
+            cidrs: self.cidrs.clone(),
+        })
+    }
 }
 
 /// The `auth-url` companions: `auth-method`, `auth-signin` and the rest.

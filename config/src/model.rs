@@ -495,6 +495,8 @@ pub struct Settings {
     /// The controller ConfigMap's `allow-cross-namespace-resources`: an Ingress may name a
     /// Secret of another namespace (`auth-secret`, `auth-tls-secret`).
     pub allow_cross_namespace: bool,
+    /// `--auth-url-allow`: the hosts outside the cluster an `auth-url` may call.
+    pub auth_url_allow: crate::behaviour::AuthUrlAllow,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -534,6 +536,7 @@ impl Default for Settings {
             },
             block_cidrs: Vec::new(),
             allow_cross_namespace: false,
+            auth_url_allow: crate::behaviour::AuthUrlAllow::default(),
         }
     }
 }

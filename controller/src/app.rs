@@ -51,6 +51,7 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             },
             ssl_redirect: c.ssl_redirect,
             max_in_flight: (c.upstream_max_connections > 0).then_some(c.upstream_max_connections),
+            auth_url_allow: c.auth_url_allow.clone(),
             ..Settings::default()
         },
         configmap: c

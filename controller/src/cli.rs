@@ -93,6 +93,10 @@ fn parse_cidrs(v: &str) -> Result<CidrList, String> {
         .map_err(|e| e.to_string())
 }
 
+fn parse_auth_url_allow(v: &str) -> Result<sluice_config::behaviour::AuthUrlAllow, String> {
+    sluice_config::behaviour::AuthUrlAllow::parse(v)
+}
+
 fn parse_hash_key(v: &str) -> Result<sluice_config::HashKey, String> {
     sluice_config::HashKey::parse(v)
 }
@@ -219,6 +223,13 @@ pub struct CommonArgs {
     /// headers are replaced with the address sluice saw. Empty (the default): nobody.
     #[arg(long, env = "SLUICE_TRUSTED_PROXIES", value_parser = parse_cidrs, default_value = "")]
     pub trusted_proxies: CidrList,
+    /// Hosts outside the cluster an `auth-url` may call (comma-separated): names
+    /// (`auth.example.com`, `*.example.com`), whatever they resolve to, and address blocks
+    /// (`192.0.2.0/24`), which an IP literal must be in and every address of an unlisted name
+    /// must resolve into at each call. Empty (the default): an `auth-url` naming a host sluice
+    /// does not route answers 500, and sluice sends no request to an address no one chose.
+    #[arg(long, env = "SLUICE_AUTH_URL_ALLOW", value_parser = parse_auth_url_allow, default_value = "")]
+    pub auth_url_allow: sluice_config::behaviour::AuthUrlAllow,
     /// Every connection to the HTTP and HTTPS listeners starts with a PROXY protocol header
     /// (v1 or v2) from an L4 load balancer, naming the client; connections without one are
     /// closed (ingress-nginx: use-proxy-protocol). Only for listeners every client reaches

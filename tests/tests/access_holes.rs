@@ -558,3 +558,129 @@ async fn the_auth_service_sees_sluices_forwarded_uri_and_method_never_the_client
     assert_eq!(field(&sub, "x-forwarded-method"), Some("GET"), "{sub}");
     assert_eq!(field(&sub, "x-original-method"), Some("GET"), "{sub}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auth_url_outside_the_cluster_is_called_only_when_the_operator_allows_its_host() {
+    let pod = echo::start("pod", 200).await;
+    let yes = echo::start("yes", 200).await;
+    let no = echo::start("no", 401).await;
+    let write = |m: &Manifests| {
+        m.write("class.yaml", &ingress_class());
+        m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
+        m.write(
+            "ing.yaml",
+            &[
+                nginx_ingress(
+                    "by-ip",
+                    "svc",
+                    &[(
+                        "auth-url",
+                        &format!("http://127.0.0.1:{}/check", yes.addr.port()),
+                    )],
+                ),
+                nginx_ingress(
+                    "by-name",
+                    "svc",
+                    &[(
+                        "auth-url",
+                        &format!("http://localhost:{}/check", yes.addr.port()),
+                    )],
+                ),
+                nginx_ingress(
+                    "signin",
+                    "svc",
+                    &[
+                        (
+                            "auth-url",
+                            &format!("http://127.0.0.1:{}/check", no.addr.port()),
+                        ),
+                        ("auth-signin", "https://login.example.com/start"),
+                    ],
+                ),
+            ]
+            .join("---\n"),
+        );
+    };
+    // (flag, by-ip, by-name, signin)
+    let cases: [(&[&str], u16, u16, u16); 4] = [
+        (&[], 500, 500, 500),
+        (&["--auth-url-allow", "127.0.0.0/8"], 200, 200, 302),
+        (&["--auth-url-allow", "localhost"], 500, 200, 500),
+        (
+            &["--auth-url-allow", "10.0.0.0/8,auth.example.com"],
+            500,
+            500,
+            500,
+        ),
+    ];
+    for (flags, by_ip, by_name, signin) in cases {
+        let m = Manifests::new();
+        write(&m);
+        let s = serve(m.dir.path(), flags).await;
+        let http = s.running.http_addr.unwrap();
+        assert_eq!(
+            get_raw(http, "by-ip.test", "/", "").await.0,
+            by_ip,
+            "{flags:?}"
+        );
+        assert_eq!(
+            get_raw(http, "by-name.test", "/", "").await.0,
+            by_name,
+            "{flags:?}"
+        );
+        let (status, _) = get_raw(http, "signin.test", "/p?q=1", "").await;
+        assert_eq!(status, signin, "{flags:?}");
+        s.running.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+    // What the outside auth service was sent: the proxy headers and the original request.
+    let sub = yes.last().unwrap();
+    assert_eq!(field(&sub, "target"), Some("/check"), "{sub}");
+    assert_eq!(
+        field(&sub, "x-original-url"),
+        Some("http://by-name.test/"),
+        "{sub}"
+    );
+    assert!(field(&sub, "x-forwarded-for").is_some(), "{sub}");
+    // The signin redirect carries the original URL.
+    let m = Manifests::new();
+    write(&m);
+    let s = serve(m.dir.path(), &["--auth-url-allow", "127.0.0.1"]).await;
+    let r = request(
+        s.running.http_addr.unwrap(),
+        "GET",
+        "signin.test",
+        "/p?q=1",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.headers["location"],
+        "https://login.example.com/start?rd=http://signin.test%2Fp%3Fq%3D1"
+    );
+}
+
+#[test]
+fn a_bad_auth_url_allow_list_is_refused_at_start() {
+    use clap::Parser;
+    for bad in ["not a host!", "*.", "single"] {
+        let argv = [
+            "sluice",
+            "serve",
+            "--manifests",
+            ".",
+            "--auth-url-allow",
+            bad,
+        ];
+        assert!(sluice::cli::Cli::try_parse_from(argv).is_err(), "{bad}");
+    }
+    let argv = [
+        "sluice",
+        "serve",
+        "--manifests",
+        ".",
+        "--auth-url-allow",
+        "auth.example.com,*.corp.example,192.0.2.0/24,localhost",
+    ];
+    assert!(sluice::cli::Cli::try_parse_from(argv).is_ok());
+}

@@ -27,6 +27,9 @@ pub struct AuthUrl {
     pub target: AuthHost,
     /// Path and query of the subrequest.
     pub path: String,
+    /// For a named host that is not a Service: the scheme, host and port the URL names, for
+    /// a call outside the cluster when the operator allows that host (`--auth-url-allow`).
+    pub origin: Option<crate::behaviour::Origin>,
 }
 
 /// Who answers an `auth-url` subrequest.
@@ -144,6 +147,7 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
             url: v.to_string(),
             target: AuthHost::Routed(None),
             path,
+            origin: None,
         });
     }
     let (host, port) = match authority.rsplit_once(':') {
@@ -154,7 +158,7 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
                 .filter(|p| *p > 0)
                 .ok_or_else(|| err(name, format!("{v:?}: {p:?} is not a port")))?,
         ),
-        None => (authority, 80),
+        None => (authority, if https { 443 } else { 80 }),
     };
     let host = host.to_ascii_lowercase();
     let dns_label = |l: &str| {
@@ -189,12 +193,18 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
                 format!("{v:?}: a Service is named SERVICE.NAMESPACE.svc[.cluster.local]"),
             ));
         }
-        None => AuthHost::Routed(Some(host)),
+        None => AuthHost::Routed(Some(host.clone())),
     };
+    let origin = matches!(target, AuthHost::Routed(_)).then(|| crate::behaviour::Origin {
+        https,
+        host,
+        port,
+    });
     Ok(AuthUrl {
         url: v.to_string(),
         target,
         path,
+        origin,
     })
 }
 

@@ -54,7 +54,7 @@ pub(super) fn resolve(
     ing: &Ingress,
     src: &ObjectRef,
     world: &World,
-    reach: super::reach::Reach,
+    (reach, allow): (super::reach::Reach, &crate::behaviour::AuthUrlAllow),
     backends: &mut Resolver<'_>,
     p: &mut Problems,
 ) -> Result<Option<Auth>, String> {
@@ -133,11 +133,13 @@ pub(super) fn resolve(
                     AuthTarget::Pool(action)
                 }
             };
+            let remote = url.origin.as_ref().and_then(|o| allow.remote(o));
             Ok(Some(Auth::External(Box::new(ExternalAuth {
                 target,
                 url: url.url,
                 path: url.path,
                 options: *options,
+                remote,
             }))))
         }
     }

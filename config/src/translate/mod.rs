@@ -280,13 +280,19 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
                 others: reach.others || global_auth,
                 ..reach
             };
-            let resolved =
-                auth::resolve(ing, &src, world, auth_reach, &mut backends, &mut problems).and_then(
-                    |a| {
-                        options.edits.auth = a;
-                        auth::client_cert(ing, &src, world, reach, &mut problems)
-                    },
-                );
+            let allow = &settings.auth_url_allow;
+            let resolved = auth::resolve(
+                ing,
+                &src,
+                world,
+                (auth_reach, allow),
+                &mut backends,
+                &mut problems,
+            )
+            .and_then(|a| {
+                options.edits.auth = a;
+                auth::client_cert(ing, &src, world, reach, &mut problems)
+            });
             let resolved = resolved
                 .and_then(|c| {
                     options.edits.client_cert = c;

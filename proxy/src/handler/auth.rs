@@ -21,6 +21,7 @@ use crate::state::auth::external::{External, Passed, Via};
 use crate::state::routes::{RouteTable, Target};
 use crate::upstream::body::RespBody;
 use crate::upstream::cluster::Cluster;
+use crate::upstream::remote;
 use crate::upstream::retry::{self, Plan};
 use sluice_config::host::{HostBuf, normalize_request_host};
 
@@ -180,7 +181,11 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
         return decide(ext, &hit, req, scheme, cx.host);
     }
     let (pool, auth_host) = match where_to(ext, cx) {
-        Ok(found) => found,
+        Ok(AuthAt::Pool(pool, host)) => (pool, host),
+        Ok(AuthAt::Remote(remote)) => {
+            // Boxed: only routes with an allowed outside auth service wait on it.
+            return Box::pin(remote_call(ext, remote, req, cx, key)).await;
+        }
         Err(why) => return failed("-", &why),
     };
     let sub = ext.subrequest(req, (scheme, cx.host), auth_host);
@@ -207,6 +212,52 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
     decide(ext, &answer, req, scheme, cx.host)
 }
 
+/// Asks an auth service outside the cluster that the operator allows (`--auth-url-allow`):
+/// the same subrequest, with the proxy headers, under the route's request timeout; its answer
+/// decided and remembered as any other.
+async fn remote_call<B>(
+    ext: &External,
+    remote: &sluice_config::behaviour::Remote,
+    req: &Request<B>,
+    cx: &Asking<'_>,
+    key: Option<(&crate::state::auth::cache::AnswerCache, Vec<u8>)>,
+) -> Verdict {
+    let scheme = if cx.conn.tls { "https" } else { "http" };
+    let o = &remote.origin;
+    let default_port = if o.https { 443 } else { 80 };
+    let authority = if o.port == default_port {
+        o.host.clone()
+    } else {
+        format!("{}:{}", o.host, o.port)
+    };
+    let Ok(auth_host) = HeaderValue::from_str(&authority) else {
+        return failed("auth", &"auth-url: the host cannot be sent");
+    };
+    let (mut parts, _) = ext
+        .subrequest(req, (scheme, cx.host), auth_host)
+        .into_parts();
+    cx.conn.proxy_headers().apply(&mut parts.headers);
+    let sub = Request::from_parts(parts, http_body_util::Empty::<bytes::Bytes>::new());
+    let parts = match tokio::time::timeout(cx.timeout, remote::send(remote, sub)).await {
+        Err(_) => return failed(&o.host, &"no answer within the request timeout"),
+        Ok(Err(e)) => return failed(&o.host, &e),
+        Ok(Ok(parts)) => parts,
+    };
+    let answer = Answer::of(parts.status, &parts.headers, &ext.response_headers);
+    if let Some((c, k)) = key {
+        c.put(k, &answer);
+    }
+    decide(ext, &answer, req, scheme, cx.host)
+}
+
+/// Where an auth subrequest goes.
+enum AuthAt<'a> {
+    /// A pool of sluice's, with the `Host` the subrequest carries.
+    Pool(&'a Arc<Cluster>, HeaderValue),
+    /// A host outside the cluster the operator allows.
+    Remote(&'a sluice_config::behaviour::Remote),
+}
+
 /// The pool an auth subrequest goes to and the `Host` it carries: the auth Service's, or for a
 /// routed URL the pool of the route this table gives its host and path. A URL that names the
 /// request's own host (`https://$host/oauth2/auth`) is looked up in the virtual host that
@@ -215,12 +266,9 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
 /// by one that `wiki.corp.test` defines (ingress-nginx's server blocks never mix either). A
 /// route that itself asks for authentication or a client certificate is refused, so a
 /// subrequest never loops or skips a check.
-fn where_to<'a>(
-    ext: &'a External,
-    cx: &Asking<'a>,
-) -> Result<(&'a Arc<Cluster>, HeaderValue), String> {
+fn where_to<'a>(ext: &'a External, cx: &Asking<'a>) -> Result<AuthAt<'a>, String> {
     match &ext.via {
-        Via::Pool(pool, host) => Ok((pool, host.clone())),
+        Via::Pool(pool, host) => Ok(AuthAt::Pool(pool, host.clone())),
         Via::Routed(named) => {
             let host = named.as_deref().unwrap_or(cx.host);
             let found = match named {
@@ -231,8 +279,17 @@ fn where_to<'a>(
                 }
                 None => cx.table.lookup_in(cx.vhost, ext.path()),
             };
-            let action =
-                found.ok_or_else(|| format!("auth-url: no route for {host}{}", ext.path()))?;
+            let action = match (found, &ext.remote) {
+                (Some(action), _) => action,
+                // Not one of sluice's routes, but a host the operator allows outside.
+                (None, Some(remote)) if named.is_some() => return Ok(AuthAt::Remote(remote)),
+                (None, _) => {
+                    return Err(format!(
+                        "auth-url: no route for {host}{} (a host outside the cluster needs --auth-url-allow)",
+                        ext.path()
+                    ));
+                }
+            };
             if action.auth.is_some() || action.client_cert.is_some() {
                 return Err(format!(
                     "auth-url: the route for {host}{} asks for authentication itself",
@@ -248,7 +305,7 @@ fn where_to<'a>(
                 ));
             };
             let value = HeaderValue::from_str(host).map_err(|e| e.to_string())?;
-            Ok((pool, value))
+            Ok(AuthAt::Pool(pool, value))
         }
     }
 }

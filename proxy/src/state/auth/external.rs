@@ -34,6 +34,8 @@ pub struct External {
     pub(crate) always_set_cookie: bool,
     /// `auth-cache-key`: remembered answers.
     pub(crate) cache: Option<super::cache::AnswerCache>,
+    /// The operator allows the URL's host outside sluice's routes (`--auth-url-allow`).
+    pub(crate) remote: Option<sluice_config::behaviour::Remote>,
 }
 
 /// Who answers a route's auth subrequests.
@@ -129,6 +131,7 @@ impl External {
             },
             always_set_cookie: a.options.always_set_cookie,
             cache: a.options.cache.as_ref().map(super::cache::AnswerCache::new),
+            remote: a.remote.clone(),
         })
     }
 
@@ -252,6 +255,7 @@ mod tests {
                 always_set_cookie: false,
                 cache: None,
             },
+            remote: None,
         };
         External::compile(&a, None).unwrap_or_else(|| panic!("compiles"))
     }
