@@ -226,6 +226,7 @@ async fn run_scenario(
             api_ingresses: a.ingresses.first().copied().unwrap_or(1),
             http2: matches!(job, Job::Scenario(Scenario::Abuse)),
             body_size: 0,
+            client_cert_host: false,
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

@@ -41,11 +41,14 @@ pub enum Attack {
     UpgradeFlood,
     /// HTTP/2 streams opened and reset at once, in batches (CVE-2023-44487).
     RapidReset,
+    /// TLS handshakes to a host that asks for client certificates, each presenting a
+    /// self-signed certificate with a 30 KB subject, then one request.
+    CertSubject,
 }
 
 impl Attack {
     /// Every attack, the baseline first.
-    pub const ALL: [Attack; 8] = [
+    pub const ALL: [Attack; 9] = [
         Attack::None,
         Attack::H2PrefaceHold,
         Attack::H2Idle,
@@ -54,6 +57,7 @@ impl Attack {
         Attack::MaxHeads,
         Attack::UpgradeFlood,
         Attack::RapidReset,
+        Attack::CertSubject,
     ];
 
     /// Report and command-line name.
@@ -67,6 +71,7 @@ impl Attack {
             Attack::MaxHeads => "max-heads",
             Attack::UpgradeFlood => "upgrade-flood",
             Attack::RapidReset => "rapid-reset",
+            Attack::CertSubject => "cert-subject",
         }
     }
 
@@ -90,6 +95,9 @@ impl Attack {
             }
             Attack::UpgradeFlood => "WebSocket upgrade to /ws (the backends echo), then idle",
             Attack::RapidReset => "HTTP/2 HEADERS + RST_STREAM pairs, 100 per write, every 10 ms",
+            Attack::CertSubject => {
+                "TLS handshakes to a host that asks for client certificates (mtls.bench.local), each presenting a self-signed certificate whose subject's O= is 30 KB, then one request with Connection: close; sluice only (the one peer set up with such a host)"
+            }
         }
     }
 
@@ -106,7 +114,7 @@ impl Attack {
     pub fn connections(self, n: usize) -> usize {
         match self {
             Attack::None => 0,
-            Attack::RapidReset => n.min(20),
+            Attack::RapidReset | Attack::CertSubject => n.min(20),
             Attack::SlowReader => n.min(100),
             _ => n,
         }
@@ -196,6 +204,10 @@ pub fn connector(
     tls: Option<&super::TlsSpec>,
 ) -> Result<Arc<Connector>, super::conn::TlsConfigError> {
     let alpn: &[&[u8]] = if a.is_h2() { &[b"h2"] } else { &[b"http/1.1"] };
+    if let (Attack::CertSubject, Some(spec)) = (a, tls) {
+        let (cfg, name) = super::cert_attack::config(spec)?;
+        return Ok(Arc::new(Connector::with_config(vec![target], cfg, &name)?));
+    }
     let mut c = Connector::with_alpn(vec![target], tls, alpn)?;
     if a == Attack::SlowReader {
         c = c.with_recv_buffer(4096);
@@ -351,6 +363,17 @@ async fn behave(spec: &AttackSpec, mut s: Stream, c: &Counters) {
         Attack::RapidReset => {
             if h2_start(&mut s).await.is_ok() {
                 rapid_reset(&mut s, host, spec.tls, c).await;
+            }
+        }
+        Attack::CertSubject => {
+            // The handshake (with the certificate) is done; one request, and the next
+            // handshake once the server closes.
+            let req = format!(
+                "GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                super::cert_attack::MTLS_HOST
+            );
+            if s.write_all(req.as_bytes()).await.is_ok() {
+                until_closed(&mut s).await;
             }
         }
     }

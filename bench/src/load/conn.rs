@@ -88,6 +88,9 @@ pub enum TlsConfigError {
     /// The server name is neither a DNS name nor an IP address.
     #[error("bad TLS server name {0:?}")]
     ServerName(String),
+    /// A client certificate could not be made.
+    #[error("client certificate: {0}")]
+    ClientCert(String),
 }
 
 /// A plain or TLS client stream.
@@ -298,6 +301,23 @@ impl Connector {
             addrs,
             next: AtomicUsize::new(0),
             tls,
+            recv_buffer: None,
+        })
+    }
+
+    /// A TLS connector for `addrs` with a configuration of the caller's (the `cert-subject`
+    /// attack's, which presents a client certificate), sending `server_name`.
+    pub fn with_config(
+        addrs: Vec<SocketAddr>,
+        cfg: ClientConfig,
+        server_name: &str,
+    ) -> Result<Self, TlsConfigError> {
+        let name = ServerName::try_from(server_name.to_string())
+            .map_err(|_| TlsConfigError::ServerName(server_name.to_string()))?;
+        Ok(Self {
+            addrs,
+            next: AtomicUsize::new(0),
+            tls: Some((TlsConnector::from(Arc::new(cfg)), name)),
             recv_buffer: None,
         })
     }

@@ -6,6 +6,7 @@
 //! runtime's M worker threads.
 
 pub mod attack;
+pub mod cert_attack;
 pub mod conn;
 pub mod h2load;
 pub mod http1;

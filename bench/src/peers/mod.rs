@@ -169,6 +169,10 @@ pub struct PeerEnv {
     /// Response body size of the run (the `floor` peer answers with it; proxies get it from
     /// the backends).
     pub body_size: usize,
+    /// sluice also serves `mtls.bench.local`, a host that asks for client certificates (the
+    /// abuse scenario's `cert-subject` attack); off elsewhere, since a host with client
+    /// certificates makes sluice read every ClientHello first.
+    pub client_cert_host: bool,
 }
 
 /// Starting or changing a peer failed.

@@ -42,6 +42,17 @@ pub fn base_manifests(host: &str, tls: bool) -> String {
     s
 }
 
+/// A host that asks for client certificates (`auth-tls-verify-client: optional`, the bench
+/// certificate as its CA), for the abuse scenario's `cert-subject` attack.
+pub fn client_cert_manifests(ca_pem: &str) -> String {
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    let host = crate::load::cert_attack::MTLS_HOST;
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: bench-ca\n  namespace: default\ntype: Opaque\nstringData:\n  ca.crt: |\n{}---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: mtls\n  namespace: default\n  annotations:\n    sluice.dev/ssl-redirect: \"false\"\n    nginx.ingress.kubernetes.io/auth-tls-secret: default/bench-ca\n    nginx.ingress.kubernetes.io/auth-tls-verify-client: optional\nspec:\n  ingressClassName: sluice\n  tls:\n  - hosts: [\"{host}\"]\n    secretName: bench-tls\n  rules:\n  - host: \"{host}\"\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service:\n            name: bench\n            port:\n              number: 80\n",
+        indent(ca_pem)
+    )
+}
+
 /// A `kubernetes.io/tls` Secret.
 pub fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> String {
     let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
@@ -148,6 +159,12 @@ pub(super) async fn start(
         &manifests.join("endpoints.yaml"),
         &endpoint_slices("bench", eps),
     )?;
+    if tls && env.client_cert_host {
+        super::write(
+            &manifests.join("mtls.yaml"),
+            &client_cert_manifests(&env.cert.cert_pem),
+        )?;
+    }
     let admin = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
     let listen = format!("127.0.0.1:{port}");
     let other = format!("127.0.0.1:{}", super::free_port()?);

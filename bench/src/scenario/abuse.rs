@@ -55,7 +55,18 @@ pub async fn run(c: &Common) -> Report {
         } else {
             c.peers.clone()
         };
+        let mut env = env.clone();
+        env.client_cert_host = *attack == Attack::CertSubject;
         for kind in order {
+            if *attack == Attack::CertSubject && kind != PeerKind::Sluice {
+                peers.push(crate::report::PeerResult::skipped(
+                    kind.name(),
+                    attack.name(),
+                    "only sluice's peer is set up with a host that asks for client certificates"
+                        .into(),
+                ));
+                continue;
+            }
             if kind == PeerKind::Direct {
                 if i == 0 {
                     peers.push(crate::report::PeerResult::skipped(

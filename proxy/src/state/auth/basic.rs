@@ -217,4 +217,30 @@ mod tests {
             assert!(!g.admits(&bad).await, "{bad:?}");
         }
     }
+
+    #[tokio::test]
+    async fn past_the_queue_a_slow_check_is_answered_busy_and_fast_ones_still_run() {
+        let g = gate();
+        g.waiting
+            .store(SLOW_AT_ONCE + SLOW_WAITING, Ordering::Relaxed);
+        assert_eq!(g.check(&basic("bob:U*V")).await, Checked::Busy);
+        assert_eq!(
+            g.waiting.load(Ordering::Relaxed),
+            SLOW_AT_ONCE + SLOW_WAITING,
+            "a refused check leaves no count behind"
+        );
+        // Plain entries cost no slow check: never busy.
+        assert_eq!(
+            g.check(&basic("alice:wonder:land")).await,
+            Checked::Admitted
+        );
+        g.waiting.store(0, Ordering::Relaxed);
+        assert_eq!(g.check(&basic("bob:U*U")).await, Checked::Admitted);
+        assert_eq!(g.check(&basic("bob:U*V")).await, Checked::Refused);
+        assert_eq!(
+            g.waiting.load(Ordering::Relaxed),
+            0,
+            "every wait is counted out"
+        );
+    }
 }
