@@ -1,7 +1,8 @@
 //! A pod that says what it was sent: its name, the request target exactly as it arrived, and
 //! every field, one per line, so that a test can check what the pod behind a route sees (the
 //! path a backend that decodes it would serve, whether a password reached it). It answers with
-//! a fixed status, so one can stand in for a strict or a permissive auth service too.
+//! a fixed status, so one can stand in for a strict or a permissive auth service too. Beside
+//! it, the manifests and raw requests the access tests write around such pods.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -98,4 +99,54 @@ pub async fn raw(addr: SocketAddr, request: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// A raw GET with `Connection: close` and these extra header lines (each ending in CRLF):
+/// status and body.
+pub async fn get(addr: SocketAddr, host: &str, target: &str, extra: &str) -> (u16, String) {
+    raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// YAML for a Service named `svc` in `ns` with `addr` as its one endpoint.
+pub fn service_of(svc: &str, ns: &str, addr: SocketAddr) -> String {
+    [crate::service(svc), crate::endpoint_slices(svc, &[addr])]
+        .join("---\n")
+        .replace("namespace: default", &format!("namespace: {ns}"))
+}
+
+/// YAML for an Ingress `name` with paths `(path, type, service)` on `host`, ingress-nginx
+/// annotations (names without the `nginx.ingress.kubernetes.io/` prefix), created at
+/// `created` (RFC 3339; the older Ingress wins a conflict).
+pub fn dated_ingress(
+    name: &str,
+    host: &str,
+    paths: &[(&str, &str, &str)],
+    ann: &[(&str, &str)],
+    created: &str,
+) -> String {
+    let keys: Vec<(String, String)> = ann
+        .iter()
+        .map(|(k, v)| (format!("nginx.ingress.kubernetes.io/{k}"), v.to_string()))
+        .collect();
+    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    crate::annotated_ingress(name, host, paths, &ann).replacen(
+        "  namespace: default\n",
+        &format!("  namespace: default\n  creationTimestamp: \"{created}\"\n"),
+        1,
+    )
+}
+
+/// Writes the IngressClass and, for each `(name, pod)`, a Service of that name in `default`
+/// with the pod as its endpoint.
+pub fn write_services(m: &crate::Manifests, pods: &[(&str, &Echo)]) {
+    m.write("class.yaml", &crate::ingress_class());
+    let svcs: Vec<String> = pods
+        .iter()
+        .map(|(name, pod)| service_of(name, "default", pod.addr))
+        .collect();
+    m.write("svc.yaml", &svcs.join("---\n"));
 }

@@ -1,63 +1,24 @@
 //! The ways past an access rule an attacker's read found, each reproduced against `sluice
 //! serve` over real sockets (raw HTTP/1 heads, so that nothing in a client library tidies the
 //! path first, and h2c): an encoded slash, a `;` parameter or a backslash skipping a route's
-//! authentication; an `auth-url` naming `$host` answered by another host's route; a host's
-//! client-certificate rule that could not be enforced leaving the host's other paths open;
-//! the controller ConfigMap's source ranges ignored; an unreadable `limit-whitelist` dropping
-//! the limit; an `auth-cache-duration` that overflowed the clock; Basic credentials reaching
-//! the pod; `auth-secret` of another namespace; the default backend serving an empty pool
-//! without ingress-nginx's `X-Code`; the client's own `X-Forwarded-Uri` reaching the auth
-//! service.
+//! authentication; Basic credentials reaching the pod; a host's client-certificate rule that
+//! could not be enforced leaving the host's other paths open; the controller ConfigMap's
+//! source ranges ignored; an unreadable `limit-whitelist` dropping the limit; an
+//! `auth-cache-duration` that overflowed the clock; the default backend serving an empty pool
+//! without ingress-nginx's `X-Code`. The authentication holes are in `auth_holes.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 
-use sluice_tests::echo::{self, field};
+use sluice_tests::echo::{
+    self, dated_ingress as ing, field, get as get_raw, service_of as pod_service,
+};
 use sluice_tests::*;
-
-const N: &str = "nginx.ingress.kubernetes.io/";
 
 /// `alice:s3cret`, plain, as htpasswd's `{PLAIN}` scheme reads it.
 const USERS: &str = "alice:{PLAIN}s3cret\n";
 /// `Basic base64(alice:s3cret)`.
 const ALICE: &str = "Basic YWxpY2U6czNjcmV0";
-
-/// A raw GET with `Connection: close` and these extra header lines.
-async fn get_raw(addr: SocketAddr, host: &str, target: &str, extra: &str) -> (u16, String) {
-    echo::raw(
-        addr,
-        &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"),
-    )
-    .await
-}
-
-/// A Service named `svc` in `ns` with `addr` as its one endpoint.
-fn pod_service(svc: &str, ns: &str, addr: SocketAddr) -> String {
-    [service(svc), endpoint_slices(svc, &[addr])]
-        .join("---\n")
-        .replace("namespace: default", &format!("namespace: {ns}"))
-}
-
-/// An Ingress `name` with paths `(path, type, service)` on `host`, annotations without the
-/// ingress-nginx prefix, created at `created` (RFC 3339; older wins a conflict).
-fn ing(
-    name: &str,
-    host: &str,
-    paths: &[(&str, &str, &str)],
-    ann: &[(&str, &str)],
-    created: &str,
-) -> String {
-    let keys: Vec<(String, String)> = ann
-        .iter()
-        .map(|(k, v)| (format!("{N}{k}"), v.to_string()))
-        .collect();
-    let ann: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    annotated_ingress(name, host, paths, &ann).replacen(
-        "  namespace: default\n",
-        &format!("  namespace: default\n  creationTimestamp: \"{created}\"\n"),
-        1,
-    )
-}
 
 struct Site {
     s: Serving,
@@ -75,15 +36,7 @@ async fn admin_site() -> Site {
     let admin = echo::start("admin", 200).await;
     let public = echo::start("public", 200).await;
     let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write(
-        "svc.yaml",
-        &[
-            pod_service("admin", "default", admin.addr),
-            pod_service("public", "default", public.addr),
-        ]
-        .join("---\n"),
-    );
+    echo::write_services(&m, &[("admin", &admin), ("public", &public)]);
     m.write("users.yaml", &opaque_secret("users", &[("auth", USERS)]));
     m.write(
         "ing.yaml",
@@ -207,71 +160,10 @@ async fn over_h2c_an_encoded_slash_is_routed_as_a_slash_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_auth_url_naming_host_is_resolved_in_the_virtual_host_of_the_protected_route() {
-    let strict = echo::start("strict", 401).await;
-    let permissive = echo::start("permissive", 200).await;
-    let secret = echo::start("secret", 200).await;
-    let wiki = echo::start("wiki", 200).await;
-    let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write(
-        "svc.yaml",
-        &[
-            pod_service("strict", "default", strict.addr),
-            pod_service("permissive", "default", permissive.addr),
-            pod_service("secret", "default", secret.addr),
-            pod_service("wiki", "default", wiki.addr),
-        ]
-        .join("---\n"),
-    );
-    m.write(
-        "ing.yaml",
-        &[
-            ing(
-                "corp",
-                "*.corp.test",
-                &[("/", "Prefix", "secret")],
-                &[("auth-url", "http://$host/auth")],
-                "2024-01-01T00:00:00Z",
-            ),
-            ing(
-                "corp-auth",
-                "*.corp.test",
-                &[("/auth", "Prefix", "strict")],
-                &[],
-                "2024-01-02T00:00:00Z",
-            ),
-            ing(
-                "wiki",
-                "wiki.corp.test",
-                &[
-                    ("/auth", "Prefix", "permissive"),
-                    ("/wiki", "Prefix", "wiki"),
-                ],
-                &[],
-                "2024-01-03T00:00:00Z",
-            ),
-        ]
-        .join("---\n"),
-    );
-    let s = serve(m.dir.path(), &[]).await;
-    let http = s.running.http_addr.unwrap();
-    // wiki.corp.test has no /admin: the request falls through to *.corp.test's protected
-    // route, whose auth route is *.corp.test's strict one, never wiki's permissive one.
-    let (status, body) = get_raw(http, "wiki.corp.test", "/admin/secret.txt", "").await;
-    assert_eq!(status, 401, "{body}");
-    let (status, _) = get_raw(http, "hr.corp.test", "/admin/secret.txt", "").await;
-    assert_eq!(status, 401);
-    let (status, body) = get_raw(http, "wiki.corp.test", "/wiki/page", "").await;
-    assert_eq!((status, field(&body, "name")), (200, Some("wiki")));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_whose_client_certificate_rule_cannot_be_enforced_closes_every_path() {
     let pod = echo::start("pod", 200).await;
     let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
+    echo::write_services(&m, &[("svc", &pod)]);
     m.write(
         "ing.yaml",
         &[
@@ -379,15 +271,7 @@ async fn bad_limit_and_cache_annotations_close_their_routes_and_are_reported() {
     let pod = echo::start("pod", 200).await;
     let auth = echo::start("auth", 200).await;
     let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write(
-        "svc.yaml",
-        &[
-            pod_service("svc", "default", pod.addr),
-            pod_service("auth", "default", auth.addr),
-        ]
-        .join("---\n"),
-    );
+    echo::write_services(&m, &[("svc", &pod), ("auth", &auth)]);
     m.write(
         "cm.yaml",
         &controller_configmap("  global-auth-cache-duration: \"200 18446744073709551615s\"\n"),
@@ -426,57 +310,6 @@ async fn bad_limit_and_cache_annotations_close_their_routes_and_are_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_auth_secret_of_another_namespace_is_refused_unless_the_operator_allows_it() {
-    let pod = echo::start("pod", 200).await;
-    for (allow, want) in [(false, 503), (true, 401)] {
-        let m = Manifests::new();
-        m.write("class.yaml", &ingress_class());
-        m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
-        m.write(
-            "users.yaml",
-            &opaque_secret("users", &[("auth", USERS)])
-                .replace("namespace: default", "namespace: other"),
-        );
-        m.write(
-            "cm.yaml",
-            &controller_configmap(&format!("  allow-cross-namespace-resources: \"{allow}\"\n")),
-        );
-        m.write(
-            "ing.yaml",
-            &nginx_ingress(
-                "cross",
-                "svc",
-                &[("auth-type", "basic"), ("auth-secret", "other/users")],
-            ),
-        );
-        let s = serve(m.dir.path(), &["--configmap", "default/sluice"]).await;
-        let http = s.running.http_addr.unwrap();
-        assert_eq!(
-            get_raw(http, "cross.test", "/", "").await.0,
-            want,
-            "allow={allow}"
-        );
-        let status = status_text(&s).await;
-        assert_eq!(
-            status.contains("Secret other/users is in another namespace than the Ingress"),
-            !allow,
-            "{status}"
-        );
-        if allow {
-            let (code, _) = get_raw(
-                http,
-                "cross.test",
-                "/",
-                &format!("Authorization: {ALICE}\r\n"),
-            )
-            .await;
-            assert_eq!(code, 200);
-        }
-        s.running.shutdown(std::time::Duration::from_secs(1)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_backend_serving_an_empty_pool_gets_the_error_fields() {
     let fallback = echo::start("fallback", 200).await;
     let m = Manifests::new();
@@ -511,176 +344,4 @@ async fn the_default_backend_serving_an_empty_pool_gets_the_error_fields() {
     assert_eq!(field(&body, "x-ingress-name"), Some("app"));
     assert_eq!(field(&body, "x-service-name"), Some("empty"));
     assert_eq!(field(&body, "x-service-port"), Some("80"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_auth_service_sees_sluices_forwarded_uri_and_method_never_the_clients() {
-    let auth = echo::start("auth", 200).await;
-    let pod = echo::start("pod", 200).await;
-    let m = Manifests::new();
-    m.write("class.yaml", &ingress_class());
-    m.write(
-        "svc.yaml",
-        &[
-            pod_service("svc", "default", pod.addr),
-            pod_service("auth", "default", auth.addr),
-        ]
-        .join("---\n"),
-    );
-    m.write(
-        "ing.yaml",
-        &nginx_ingress(
-            "ext",
-            "svc",
-            &[
-                ("auth-url", "http://auth.default.svc.cluster.local/check"),
-                // The auth service's answer is the echo of its request: copy what it saw.
-                ("auth-response-headers", "X-Seen"),
-            ],
-        ),
-    );
-    let s = serve(m.dir.path(), &[]).await;
-    let http = s.running.http_addr.unwrap();
-    let (status, _) = get_raw(
-        http,
-        "ext.test",
-        "/private/doc?a=1",
-        "X-Forwarded-Uri: /public\r\nX-Forwarded-Method: OPTIONS\r\n",
-    )
-    .await;
-    assert_eq!(status, 200);
-    let sub = auth.last().unwrap();
-    assert_eq!(
-        field(&sub, "x-forwarded-uri"),
-        Some("/private/doc?a=1"),
-        "{sub}"
-    );
-    assert_eq!(field(&sub, "x-forwarded-method"), Some("GET"), "{sub}");
-    assert_eq!(field(&sub, "x-original-method"), Some("GET"), "{sub}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_auth_url_outside_the_cluster_is_called_only_when_the_operator_allows_its_host() {
-    let pod = echo::start("pod", 200).await;
-    let yes = echo::start("yes", 200).await;
-    let no = echo::start("no", 401).await;
-    let write = |m: &Manifests| {
-        m.write("class.yaml", &ingress_class());
-        m.write("svc.yaml", &pod_service("svc", "default", pod.addr));
-        m.write(
-            "ing.yaml",
-            &[
-                nginx_ingress(
-                    "by-ip",
-                    "svc",
-                    &[(
-                        "auth-url",
-                        &format!("http://127.0.0.1:{}/check", yes.addr.port()),
-                    )],
-                ),
-                nginx_ingress(
-                    "by-name",
-                    "svc",
-                    &[(
-                        "auth-url",
-                        &format!("http://localhost:{}/check", yes.addr.port()),
-                    )],
-                ),
-                nginx_ingress(
-                    "signin",
-                    "svc",
-                    &[
-                        (
-                            "auth-url",
-                            &format!("http://127.0.0.1:{}/check", no.addr.port()),
-                        ),
-                        ("auth-signin", "https://login.example.com/start"),
-                    ],
-                ),
-            ]
-            .join("---\n"),
-        );
-    };
-    // (flag, by-ip, by-name, signin)
-    let cases: [(&[&str], u16, u16, u16); 4] = [
-        (&[], 500, 500, 500),
-        (&["--auth-url-allow", "127.0.0.0/8"], 200, 200, 302),
-        (&["--auth-url-allow", "localhost"], 500, 200, 500),
-        (
-            &["--auth-url-allow", "10.0.0.0/8,auth.example.com"],
-            500,
-            500,
-            500,
-        ),
-    ];
-    for (flags, by_ip, by_name, signin) in cases {
-        let m = Manifests::new();
-        write(&m);
-        let s = serve(m.dir.path(), flags).await;
-        let http = s.running.http_addr.unwrap();
-        assert_eq!(
-            get_raw(http, "by-ip.test", "/", "").await.0,
-            by_ip,
-            "{flags:?}"
-        );
-        assert_eq!(
-            get_raw(http, "by-name.test", "/", "").await.0,
-            by_name,
-            "{flags:?}"
-        );
-        let (status, _) = get_raw(http, "signin.test", "/p?q=1", "").await;
-        assert_eq!(status, signin, "{flags:?}");
-        s.running.shutdown(std::time::Duration::from_secs(1)).await;
-    }
-    // What the outside auth service was sent: the proxy headers and the original request.
-    let sub = yes.last().unwrap();
-    assert_eq!(field(&sub, "target"), Some("/check"), "{sub}");
-    assert_eq!(
-        field(&sub, "x-original-url"),
-        Some("http://by-name.test/"),
-        "{sub}"
-    );
-    assert!(field(&sub, "x-forwarded-for").is_some(), "{sub}");
-    // The signin redirect carries the original URL.
-    let m = Manifests::new();
-    write(&m);
-    let s = serve(m.dir.path(), &["--auth-url-allow", "127.0.0.1"]).await;
-    let r = request(
-        s.running.http_addr.unwrap(),
-        "GET",
-        "signin.test",
-        "/p?q=1",
-        &[],
-    )
-    .await;
-    assert_eq!(r.status, 302);
-    assert_eq!(
-        r.headers["location"],
-        "https://login.example.com/start?rd=http://signin.test%2Fp%3Fq%3D1"
-    );
-}
-
-#[test]
-fn a_bad_auth_url_allow_list_is_refused_at_start() {
-    use clap::Parser;
-    for bad in ["not a host!", "*.", "single"] {
-        let argv = [
-            "sluice",
-            "serve",
-            "--manifests",
-            ".",
-            "--auth-url-allow",
-            bad,
-        ];
-        assert!(sluice::cli::Cli::try_parse_from(argv).is_err(), "{bad}");
-    }
-    let argv = [
-        "sluice",
-        "serve",
-        "--manifests",
-        ".",
-        "--auth-url-allow",
-        "auth.example.com,*.corp.example,192.0.2.0/24,localhost",
-    ];
-    assert!(sluice::cli::Cli::try_parse_from(argv).is_ok());
 }
