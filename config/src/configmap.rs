@@ -171,7 +171,7 @@ pub const KEYS: &[Entry] = &[
     ),
 ];
 
-/// The README's table of ConfigMap keys, from [`KEYS`].
+/// The migration page's table of ConfigMap keys (`docs/migration.md`), from [`KEYS`].
 pub fn markdown_table() -> String {
     catalog::table("ConfigMap key", KEYS.iter(), |k| format!("`{}`", k.name))
 }

@@ -47,7 +47,7 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: CheckFormat,
     /// Print the tables of every ingress-nginx annotation and controller ConfigMap key and
-    /// what sluice does with each (Markdown, as in the README) and exit.
+    /// what sluice does with each (Markdown, as in docs/migration.md) and exit.
     #[arg(long)]
     pub annotations_table: bool,
 }

@@ -1,6 +1,6 @@
 //! Every ingress-nginx annotation and what sluice does with it: the one table that `sluice
-//! check`, the controller's Warning Events and the README's migration table are all made from,
-//! so they cannot disagree. A test keeps the README's copy equal to [`markdown_table`].
+//! check`, the controller's Warning Events and the migration page's table (`docs/migration.md`) are all made from,
+//! so they cannot disagree. A test keeps that page's copy equal to [`markdown_table`].
 
 use std::fmt::Write as _;
 
@@ -21,7 +21,7 @@ pub enum Support {
 }
 
 impl Support {
-    /// The word `sluice check` and the README use.
+    /// The word `sluice check` and the migration page use.
     pub fn word(self) -> &'static str {
         match self {
             Support::Honoured => "honoured",
@@ -544,7 +544,7 @@ pub fn access_like(name: &str) -> bool {
         || name == "satisfy"
 }
 
-/// The README's migration table: every ingress-nginx annotation, what sluice does, and how.
+/// The migration table (`docs/migration.md`): every ingress-nginx annotation, what sluice does, and how.
 pub fn markdown_table() -> String {
     let mut rows: Vec<&Entry> = CATALOG.iter().collect();
     rows.sort_by_key(|e| (!e.nginx, e.name));

@@ -19,9 +19,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use sluice_config::BalancePolicy;
 use sluice_config::host::{HostBuf, normalize_request_host, valid_request_host};
 use sluice_config::request_path;
-use sluice_config::{BalancePolicy, HashKey};
 use tokio::time::Sleep;
 
 use crate::handler::ConnInfo;
@@ -30,7 +30,7 @@ use crate::handler::local::{Local, error_response, limited, timed_out, unasked_s
 use crate::handler::respond::{BodyFraming, HeadWriter};
 use crate::handler::rules::ResponseRules;
 use crate::state::dataplane::DataPlane;
-use crate::state::routes::{Action, Target};
+use crate::state::routes::{Action, DirectClient};
 use crate::telemetry::access::{self, RouteSeen, UpstreamSeen};
 use crate::upstream::balance::{KeySource, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
@@ -119,15 +119,6 @@ fn plain_host(v: &[u8]) -> Option<&str> {
     }
 }
 
-/// Whether a pool hashes a header or cookie: the direct path does not index fields, so such
-/// requests go to the general handler.
-fn hashes_fields(b: &BalancePolicy) -> bool {
-    matches!(
-        b,
-        BalancePolicy::Hash(HashKey::Header(_) | HashKey::Cookie(_))
-    )
-}
-
 /// The hash of a direct-path request for a pool that hashes the client or the URI.
 fn direct_key(b: &BalancePolicy, conn: &ConnInfo, req: &FastReq) -> Option<u64> {
     let BalancePolicy::Hash(key) = b else {
@@ -164,21 +155,19 @@ pub(crate) async fn dispatch(
     {
         let mut buf = HostBuf::default();
         let host = normalize_request_host(raw_host, &mut buf);
-        // A path that is not already normal (escapes, `//`, dot segments) is rewritten or
-        // refused by the general handler; the common one is routed here as it is.
+        // A path that is not already normal and its own route view (escapes, `;`, `\`, `//`,
+        // dot segments) is rewritten or refused by the general handler; the common one is
+        // routed here as it is.
+        let client = DirectClient {
+            trusted: conn.trusted,
+            tls: conn.tls,
+            addr: conn.remote.ip(),
+        };
         if matches!(
             request_path::normalize(req.uri.path()),
             Ok(std::borrow::Cow::Borrowed(_))
         ) && let Some(action) = table.lookup(host, req.uri.path())
-            && !action.general_only
-            && (action.limiter.is_none() || !conn.trusted)
-            // `block-cidrs` are checked by the general handler, which reads forwarded
-            // addresses; a client that is not a trusted proxy is its own address.
-            && (!table.blocks_any() || (!conn.trusted && !table.blocks(conn.remote.ip())))
-            && let Target::Cluster(cluster) = &action.target
-            && !cluster.protocol.is_h2()
-            && !hashes_fields(&cluster.balance)
-            && (!action.ssl_redirect || conn.tls)
+            && let Some(cluster) = table.direct(action, client)
         {
             return forward(dp, conn, action, cluster, req, spans, (started, timer)).await;
         }

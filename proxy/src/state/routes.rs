@@ -152,6 +152,51 @@ impl Compiling<'_> {
     }
 }
 
+/// Whether a route's requests need the general handler: every per-route feature but the pool,
+/// its timeouts and limits, the HTTPS redirect and the header policy is applied there only.
+/// `Action` is taken apart whole, so that a field added to it must be placed on one side or
+/// the other here — a feature can never be skipped on the direct path by being forgotten.
+fn needs_general(a: &Action) -> bool {
+    let Action {
+        // Applied on the direct path too (or checked by `RouteTable::direct`).
+        target: _,
+        ssl_redirect: _,
+        hsts: _,
+        next_upstream: _,
+        names: _,
+        stats: _,
+        max_body_size: _,
+        request_timeout: _,
+        limiter: _,
+        underscores_in_headers: _,
+        vhost: _,
+        general_only: _,
+        // The general handler's alone.
+        edits,
+        canary,
+        fallback,
+        auth,
+        client_cert,
+    } = a;
+    edits.is_some()
+        || canary.is_some()
+        || fallback.is_some()
+        || auth.is_some()
+        || client_cert.is_some()
+}
+
+/// What the direct path's rule reads of the client connection.
+#[derive(Debug, Clone, Copy)]
+pub struct DirectClient {
+    /// The peer is a trusted proxy (`--trusted-proxies`): its client's address is in a header
+    /// the direct path does not read.
+    pub trusted: bool,
+    /// The connection is TLS.
+    pub tls: bool,
+    /// The peer's address.
+    pub addr: std::net::IpAddr,
+}
+
 fn compile_route(r: &Route, vhost: Option<u32>, cx: &mut Compiling<'_>) -> Action {
     let mut action = compile_action(r, &r.action, &r.source, cx);
     action.vhost = vhost;
@@ -160,11 +205,12 @@ fn compile_route(r: &Route, vhost: Option<u32>, cx: &mut Compiling<'_>) -> Actio
     action.canary = r.canary.as_ref().and_then(|c| {
         let rule = CanaryRule::compile(c)?;
         let mut side = compile_action(r, &c.action, &c.source, cx);
+        // Chosen by the general handler only.
         side.general_only = true;
         side.vhost = vhost;
         Some(Box::new((rule, side)))
     });
-    action.general_only |= action.canary.is_some() || action.fallback.is_some();
+    action.general_only = needs_general(&action);
     action
 }
 
@@ -241,7 +287,8 @@ fn compile_action(
     Action {
         target,
         ssl_redirect: r.options.ssl_redirect || r.options.force_ssl_redirect,
-        general_only: edits.is_some(),
+        // Set by `compile_route` from the whole action.
+        general_only: true,
         fallback: match &r.fallback {
             Some(RouteAction::Cluster(k)) if closed.is_none() => clusters.get(k).cloned(),
             _ => None,
@@ -349,6 +396,32 @@ impl RouteTable {
             generation,
             blocked,
         }
+    }
+
+    /// The one rule for the direct path: the pool a body-less HTTP/1.1 request routed to
+    /// `action` may be forwarded to from its raw head, or `None` when the general handler
+    /// must take it — a route with anything only the general handler applies
+    /// ([`needs_general`]), request limits or `block-cidrs` for a client whose address is in
+    /// a header (a trusted proxy's), a `block-cidrs` client, no pool, an h2c or HTTPS-over-h2
+    /// pool, a pool that hashes a header or cookie (the direct path indexes no fields), or an
+    /// HTTPS redirect on plain HTTP.
+    pub fn direct<'a>(&self, action: &'a Action, client: DirectClient) -> Option<&'a Arc<Cluster>> {
+        use sluice_config::{BalancePolicy, HashKey};
+        if action.general_only
+            || (action.limiter.is_some() && client.trusted)
+            || (self.blocks_any() && (client.trusted || self.blocks(client.addr)))
+            || (action.ssl_redirect && !client.tls)
+        {
+            return None;
+        }
+        let Target::Cluster(cluster) = &action.target else {
+            return None;
+        };
+        let hashes_fields = matches!(
+            cluster.balance,
+            BalancePolicy::Hash(HashKey::Header(_) | HashKey::Cookie(_))
+        );
+        (!cluster.protocol.is_h2() && !hashes_fields).then_some(cluster)
     }
 
     /// Whether the controller ConfigMap blocks any client (`block-cidrs`).
