@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::model::{ObjectRef, RouteAction};
+use crate::refs::{ObjectRef, RouteAction};
 
 /// A redirect answered by sluice instead of proxying (`permanent-redirect`,
 /// `temporal-redirect`): the location is sent as written, as ingress-nginx does.
@@ -152,7 +152,7 @@ pub struct ExternalAuth {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AuthTarget {
     /// The pool of the Service the URL names.
-    Pool(crate::model::RouteAction),
+    Pool(RouteAction),
     /// Whatever sluice's routes send this host (`None`: the request's own) and the URL's path
     /// to, looked up per request in the same route table.
     Routed(Option<String>),
@@ -255,7 +255,7 @@ pub struct ExternalOptions {
     /// answer, not only on 2xx/3xx ones.
     pub always_set_cookie: bool,
     /// `auth-cache-key`, `auth-cache-duration`: answers remembered per key.
-    pub cache: Option<crate::annotations::auth_cache::AuthCache>,
+    pub cache: Option<AuthCache>,
 }
 
 /// ingress-nginx's request limits of one Ingress, per client address.
@@ -387,4 +387,40 @@ pub struct Canary {
     pub weight: u32,
     /// `canary-weight-total` (default 100).
     pub weight_total: u32,
+}
+
+/// One piece of an `auth-cache-key` template.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeyPart {
+    /// Text as written.
+    Literal(String),
+    /// `$http_NAME`: a request header (lower case, `-` for `_`).
+    Header(String),
+    /// `$cookie_NAME`.
+    Cookie(String),
+    /// `$arg_NAME`: a query parameter.
+    Arg(String),
+    /// `$remote_addr`: the client address (as the trusted-proxy rules resolve it).
+    RemoteAddr,
+    /// `$remote_user`: the user of a Basic `Authorization`.
+    RemoteUser,
+    /// `$host`.
+    Host,
+    /// `$request_uri`: path and query as sent.
+    RequestUri,
+    /// `$uri`: the path.
+    Uri,
+    /// `$args`: the query.
+    Args,
+    /// `$request_method`.
+    Method,
+}
+
+/// What to remember of `auth-url` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AuthCache {
+    /// The key template.
+    pub key: Vec<KeyPart>,
+    /// Statuses (empty: any) and how long an answer with one of them is remembered.
+    pub valid: Vec<(Vec<u16>, std::time::Duration)>,
 }

@@ -425,16 +425,16 @@ fn server_tls(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mu
 /// rather than serve the clients the list was written to keep out.
 const EVERYONE: &str = "0.0.0.0/0,::/0";
 
-/// `whitelist-source-range`, `denylist-source-range` and `block-cidrs`. A list that cannot be
-/// read (or is empty) is reported, and every client is refused until it is mended: a
-/// ConfigMap written to keep clients out never lets them in by a typo.
+/// `whitelist-source-range`, `denylist-source-range` and `block-cidrs`. An empty value is no
+/// list (as in ingress-nginx); a list that cannot be read is reported, and every client is
+/// refused until it is mended: a ConfigMap written to keep clients out never lets them in by a
+/// typo.
 fn source_ranges(data: &BTreeMap<String, String>, settings: &mut Settings, out: &mut Applied) {
     let everyone = || crate::cidr::Cidr::parse_list(EVERYONE).unwrap_or_default();
     let mut read = |key: &str| -> Option<Vec<crate::cidr::Cidr>> {
         let v = data.get(key)?;
         let why = match crate::cidr::Cidr::parse_list(v) {
-            Ok(list) if !list.is_empty() => return Some(list),
-            Ok(_) => "an empty list would allow or deny nobody".to_string(),
+            Ok(list) => return Some(list),
             Err(e) => e.to_string(),
         };
         out.invalid.push((

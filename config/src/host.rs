@@ -1,7 +1,29 @@
 //! Host names: validation of Ingress rule hosts and allocation-free normalization of request hosts
 //! (port stripped, lower-cased, trailing dot removed).
 
-use crate::model::HostMatch;
+use std::fmt;
+
+/// Which request hosts a virtual host serves.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostMatch {
+    /// One exact (lower-case) host name.
+    Exact(String),
+    /// `*.suffix`: exactly one DNS label in front of the stored suffix (stored with its leading
+    /// dot, e.g. `.example.com`).
+    Wildcard(String),
+    /// Rules without a host: every request host.
+    Any,
+}
+
+impl fmt::Display for HostMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMatch::Exact(h) => f.write_str(h),
+            HostMatch::Wildcard(s) => write!(f, "*{s}"),
+            HostMatch::Any => f.write_str("*"),
+        }
+    }
+}
 
 /// Longest host name we normalize on the stack (DNS allows 253 characters).
 pub const MAX_HOST_LEN: usize = 255;

@@ -19,6 +19,7 @@ pub mod matcher;
 pub mod model;
 pub mod path;
 pub mod pem;
+pub mod refs;
 pub mod request_path;
 pub mod snapshot;
 pub mod translate;

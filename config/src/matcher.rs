@@ -116,7 +116,7 @@ impl RouteIndex {
                 let map = match route.path.kind {
                     PathKind::Regex => {
                         // Translation only keeps expressions that compile.
-                        if let Ok(re) = crate::annotations::traffic::path_regex(&route.path.path) {
+                        if let Ok(re) = crate::path::path_regex(&route.path.path) {
                             regex.push((&route.path.path, re, ri as u32));
                         }
                         continue;
@@ -161,12 +161,27 @@ impl RouteIndex {
             .map(|route| RouteRef::Rule { vhost, route })
     }
 
-    /// Finds the route for `path` within one virtual host only (`None`: the host-less one),
-    /// with no fall-through to less specific hosts or the default backend: a route that names
-    /// another route by the request's host (`auth-url: http://$host/…`) must find it where the
-    /// request itself was matched, never in another host's rules.
-    pub fn lookup_in(&self, vhost: Option<u32>, path: &str) -> Option<RouteRef> {
-        self.in_vhost(vhost.or(self.any)?, path)
+    /// Finds the route for `path` within one virtual host only, with no fall-through to less
+    /// specific hosts or the default backend: a route that names another route by the request's
+    /// host (`auth-url: http://$host/…`) must find it where the request itself was matched,
+    /// never in another host's rules.
+    pub fn lookup_in(&self, vhost: u32, path: &str) -> Option<RouteRef> {
+        self.in_vhost(vhost, path)
+    }
+
+    /// Finds the route for `path` on a host an annotation names (`auth-url:
+    /// https://auth.example.com/…`): that host's own rules, exact then wildcard, and nothing
+    /// else — no host-less rule and no default backend, which anyone may define, can answer
+    /// for a named host.
+    pub fn lookup_named(&self, host: &str, path: &str) -> Option<RouteRef> {
+        if let Some(&v) = self.exact.get(host)
+            && let Some(r) = self.in_vhost(v, path)
+        {
+            return Some(r);
+        }
+        let dot = host.find('.').filter(|d| *d > 0)?;
+        let v = *self.wildcard.get(&host[dot..])?;
+        self.in_vhost(v, path)
     }
 
     /// Finds the route for a normalized host (see [`crate::host::normalize_request_host`];

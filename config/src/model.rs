@@ -6,38 +6,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Identifies a Kubernetes object for problem reports and for back references (which Ingress a
-/// route came from, which Secret a certificate came from).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectRef {
-    /// Kubernetes kind, e.g. `Ingress`.
-    pub kind: &'static str,
-    /// Namespace; empty for cluster-scoped objects.
-    pub namespace: String,
-    /// Object name.
-    pub name: String,
-}
-
-impl ObjectRef {
-    /// Builds a reference from its parts.
-    pub fn new(kind: &'static str, namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            kind,
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ObjectRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{} {}", self.kind, self.name)
-        } else {
-            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-        }
-    }
-}
+pub use crate::host::HostMatch;
+pub use crate::path::{PathKind, PathMatch};
+pub use crate::pem::CertificatePem;
+pub use crate::refs::{ClusterKey, ObjectRef, RouteAction};
 
 /// How serious a reported problem is. Both kinds leave the rest of the configuration serving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,24 +39,6 @@ pub struct Problem {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}: {}", self.object, self.field, self.message)
-    }
-}
-
-/// An upstream pool's identity: one Service port. Backends naming the port by number or by name
-/// resolve to the same key, so they share one pool.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClusterKey {
-    /// Service namespace.
-    pub namespace: String,
-    /// Service name.
-    pub service: String,
-    /// The Service's `port` (not the target port).
-    pub port: u16,
-}
-
-impl fmt::Display for ClusterKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}:{}", self.namespace, self.service, self.port)
     }
 }
 
@@ -264,15 +218,6 @@ pub struct ClusterSpec {
     pub tls: Option<UpstreamTlsSpec>,
 }
 
-/// Where a matched request goes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RouteAction {
-    /// Forward to the pool with this key.
-    Cluster(ClusterKey),
-    /// The backend cannot be resolved (missing Service or port): answer 503 with this reason.
-    Unavailable(String),
-}
-
 /// `Strict-Transport-Security` settings from the `sluice.dev/hsts` annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hsts {
@@ -326,28 +271,6 @@ pub struct RouteOptions {
     pub limits: crate::behaviour::RouteLimits,
 }
 
-/// Path match type after translation; `ImplementationSpecific` is translated to `Prefix`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PathKind {
-    /// The whole path must be equal (case-sensitive).
-    Exact,
-    /// Element-wise prefix on `/`-separated elements.
-    Prefix,
-    /// A regular expression matched case-insensitively from the start of the path
-    /// (ingress-nginx's `use-regex`, or a host where any Ingress uses `rewrite-target`). The
-    /// path holds the expression as written.
-    Regex,
-}
-
-/// A path match. Prefix paths are stored normalized (no trailing slash; `/` is stored as ``).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PathMatch {
-    /// Exact or prefix.
-    pub kind: PathKind,
-    /// The normalized path.
-    pub path: String,
-}
-
 /// One path rule of a virtual host.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route {
@@ -379,28 +302,6 @@ pub struct Passthrough {
     pub source: ObjectRef,
 }
 
-/// Which request hosts a virtual host serves.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum HostMatch {
-    /// One exact (lower-case) host name.
-    Exact(String),
-    /// `*.suffix`: exactly one DNS label in front of the stored suffix (stored with its leading
-    /// dot, e.g. `.example.com`).
-    Wildcard(String),
-    /// Rules without a host: every request host.
-    Any,
-}
-
-impl fmt::Display for HostMatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HostMatch::Exact(h) => f.write_str(h),
-            HostMatch::Wildcard(s) => write!(f, "*{s}"),
-            HostMatch::Any => f.write_str("*"),
-        }
-    }
-}
-
 /// All routes for one host, merged across every Ingress object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct VirtualHost {
@@ -408,25 +309,6 @@ pub struct VirtualHost {
     pub host: HostMatch,
     /// Routes sorted by path.
     pub routes: Vec<Route>,
-}
-
-/// Certificate and key as PEM, structurally checked (at least one certificate, one private key).
-/// Whether the key matches the certificate is checked by the data plane, which owns the crypto.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CertificatePem {
-    /// `tls.crt`: the certificate chain, leaf first.
-    pub cert_pem: Vec<u8>,
-    /// `tls.key`: the private key (PKCS#1, PKCS#8 or SEC1).
-    pub key_pem: Vec<u8>,
-}
-
-impl fmt::Debug for CertificatePem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never print key material.
-        f.debug_struct("CertificatePem")
-            .field("cert_pem_len", &self.cert_pem.len())
-            .finish_non_exhaustive()
-    }
 }
 
 /// One TLS host bound to a Secret.

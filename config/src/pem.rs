@@ -3,9 +3,28 @@
 //! cryptographic check done by the data plane.
 
 use rustls_pki_types::pem::PemObject;
+use std::fmt;
+
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::model::CertificatePem;
+/// Certificate and key as PEM, structurally checked (at least one certificate, one private key).
+/// Whether the key matches the certificate is checked by the data plane, which owns the crypto.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CertificatePem {
+    /// `tls.crt`: the certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// `tls.key`: the private key (PKCS#1, PKCS#8 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+impl fmt::Debug for CertificatePem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print key material.
+        f.debug_struct("CertificatePem")
+            .field("cert_pem_len", &self.cert_pem.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Why Secret data is not a usable certificate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -37,6 +37,10 @@ pub enum PathRejected {
     /// The path does not start with `/`.
     #[error("the path does not start with /")]
     NotAbsolute,
+    /// A `%` that does not start an escape of two hex digits (nginx answers 400 too): left in,
+    /// it could join the characters decoded after it into an escape no rule read.
+    #[error("the path has a % that is not an escape")]
+    BadEscape,
     /// An encoded separator (`%2F`, `%5C`, `\`) or a `;` parameter would make an empty, `.`
     /// or `..` segment: a backend that decodes it could serve another path than the one routed.
     #[error("an encoded separator or a ; parameter makes an empty or dot segment")]
@@ -95,10 +99,13 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathRejected> {
     let mut decoded = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
+        if b[i] == b'%' {
+            let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            ) else {
+                return Err(PathRejected::BadEscape);
+            };
             let c = h * 16 + l;
             if unreserved(c) {
                 decoded.push(c);
@@ -169,7 +176,8 @@ fn split_separators(seg: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The route view's segments of a normal path, each with whether it is the path's last: each
-/// segment without its `;` parameters, split at its encoded separators.
+/// segment split at its encoded separators first, then each piece without its `;` parameters
+/// (so a parameter cannot hide a separator: `/public;%2F..%2Fadmin` has a `..` piece).
 fn pieces(normal: &str) -> impl Iterator<Item = (&str, bool)> {
     let mut segs = normal.split('/').skip(1).peekable();
     let mut current: Option<std::iter::Peekable<Box<dyn Iterator<Item = &str> + '_>>> = None;
@@ -179,10 +187,10 @@ fn pieces(normal: &str) -> impl Iterator<Item = (&str, bool)> {
                 && let Some(p) = it.next()
             {
                 let last = it.peek().is_none() && segs.peek().is_none();
+                let p = p.split(';').next().unwrap_or_default();
                 return Some((p, last));
             }
             let seg = segs.next()?;
-            let seg = seg.split(';').next().unwrap_or_default();
             let it: Box<dyn Iterator<Item = &str>> = Box::new(split_separators(seg));
             current = Some(it.peekable());
         }
@@ -237,8 +245,9 @@ mod tests {
         ok("/a%2Fb/..", "/");
         ok("/a%20b", "/a%20b");
         ok("/..a/.b/...", "/..a/.b/...");
-        ok("/a/%", "/a/%");
-        ok("/a/%zz", "/a/%zz");
+        for bad in ["/a/%", "/a/%zz", "/a/%4", "/a%2%66b", "/a%%35%63b", "/%"] {
+            assert_eq!(normalize(bad), Err(PathRejected::BadEscape), "{bad}");
+        }
         ok("/é/../x", "/x");
         assert!(matches!(normalize("/public/a/b"), Ok(Cow::Borrowed(_))));
         for bad in ["/..", "/../a", "/a/../..", "/%2e%2e/x", "//..//a"] {
@@ -274,6 +283,7 @@ mod tests {
         ok("/admin\\secret.txt", "/admin/secret.txt");
         ok("/admin;jsessionid=1/secret.txt", "/admin/secret.txt");
         ok("/admin;a=b;c", "/admin");
+        ok("/admin;x%2Fsecret", "/admin/secret");
         ok("/;jsessionid=1", "/");
         ok("/a%2F", "/a/");
         ok("/a%20b/c", "/a%20b/c");
@@ -297,6 +307,9 @@ mod tests {
             "/%2F/admin",
             "/a/;x/b",
             "/public%5C..%5Cadmin",
+            "/public;%2F..%2Fadmin",
+            "/public;x\\..\\admin",
+            "/public;%5C..%5Cadmin/x",
         ] {
             assert_eq!(
                 normalize(bad),

@@ -140,8 +140,14 @@ impl Snapshot {
     }
 
     /// Looks a path up within one virtual host (see [`crate::matcher::RouteIndex::lookup_in`]).
-    pub fn route_ref_in(&self, vhost: Option<u32>, path: &str) -> Option<RouteRef> {
+    pub fn route_ref_in(&self, vhost: u32, path: &str) -> Option<RouteRef> {
         self.index.lookup_in(vhost, path)
+    }
+
+    /// Looks a path up on a named host's own rules (see
+    /// [`crate::matcher::RouteIndex::lookup_named`]).
+    pub fn route_ref_named(&self, host: &str, path: &str) -> Option<RouteRef> {
+        self.index.lookup_named(host, path)
     }
 
     /// Resolves a [`RouteRef`] to its route.

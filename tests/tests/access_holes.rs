@@ -90,6 +90,12 @@ async fn an_encoded_slash_a_parameter_or_a_backslash_never_skips_a_routes_auth()
         "/public/..;/admin/secret.txt",
         "/public/..%5Cadmin/secret.txt",
         "/public%2F%2Fadmin",
+        // A parameter hiding separators, and escapes that a bad `%` would glue together.
+        "/public;%2F..%2Fadmin/secret.txt",
+        "/public;x%5C..%5Cadmin/secret.txt",
+        "/admin%2%66secret.txt",
+        "/public/..%2%66admin/secret.txt",
+        "/admin%%35%63secret.txt",
     ] {
         let (status, body) = get_raw(http, "app.test", target, "").await;
         assert_eq!(status, 400, "{target}: {body}");

@@ -203,7 +203,25 @@ fn segment() -> impl Strategy<Value = String> {
         "admin", "Admin", "ADMIN", "api", "public", "pub", "panel", "x", "%61dmin", "adm%69n",
     ]);
     let glue = prop::sample::select(vec![
-        "", "", "", ";", ";p=1", "%2F", "%2f", "%5C", "\\", "%252F", "%3B", "%20", "~", "%",
+        "",
+        "",
+        "",
+        ";",
+        ";p=1",
+        "%2F",
+        "%2f",
+        "%5C",
+        "\\",
+        "%252F",
+        "%3B",
+        "%20",
+        "~",
+        "%",
+        "%2%66",
+        "%%35%63",
+        ";%2F",
+        ";\\",
+        ";x%2F..%2F",
     ]);
     let lone = prop::sample::select(vec!["", ".", "..", "%2e", "%2E%2e", ".%2e", "%2F", ";"]);
     prop_oneof![

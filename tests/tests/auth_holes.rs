@@ -288,3 +288,51 @@ fn a_bad_auth_url_allow_list_is_refused_at_start() {
     ];
     assert!(sluice::cli::Cli::try_parse_from(argv).is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_auth_host_is_answered_by_its_own_rules_never_by_a_host_less_one() {
+    let pod = echo::start("pod", 200).await;
+    let permissive = echo::start("permissive", 200).await;
+    let m = Manifests::new();
+    echo::write_services(&m, &[("svc", &pod), ("permissive", &permissive)]);
+    let catch_all = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: catch-all\n  namespace: default\nspec:\n  ingressClassName: sluice\n  defaultBackend:\n    service:\n      name: permissive\n      port:\n        number: 80\n  rules:\n  - http:\n      paths:\n      - path: /verify\n        pathType: Exact\n        backend:\n          service:\n            name: permissive\n            port:\n              number: 80\n      - path: /auth\n        pathType: Exact\n        backend:\n          service:\n            name: permissive\n            port:\n              number: 80\n";
+    m.write(
+        "ing.yaml",
+        &[
+            // A named auth host sluice does not route, not allowed outside: no host-less rule
+            // and no default backend may answer for it.
+            nginx_ingress(
+                "named",
+                "svc",
+                &[("auth-url", "https://auth.example.com/verify")],
+            ),
+            // `$host` on the default backend's route: it belongs to no virtual host, so the
+            // host-less `/auth` must not answer either.
+            ing(
+                "fallback",
+                "",
+                &[],
+                &[("auth-url", "http://$host/auth")],
+                "2024-01-01T00:00:00Z",
+            )
+            .replace(
+                "spec:\n  ingressClassName: sluice\n  rules:\n  - host: \"\"\n    http:\n      paths:\n",
+                "spec:\n  ingressClassName: sluice\n  defaultBackend:\n    service:\n      name: svc\n      port:\n        number: 80\n",
+            ),
+            catch_all.to_string(),
+        ]
+        .join("---\n"),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let http = s.running.http_addr.unwrap();
+    let (status, body) = get_raw(http, "named.test", "/", "").await;
+    assert_eq!(status, 500, "{body}");
+    // A host nothing routes: the default backend (the older Ingress's, `svc`) answers, and its
+    // `$host` auth finds no route of its own.
+    let (status, body) = get_raw(http, "nomatch.test", "/x", "").await;
+    assert_eq!(status, 500, "{body}");
+    assert!(permissive.last().is_none(), "{:?}", permissive.last());
+    // The host-less rules themselves still serve.
+    let (status, body) = get_raw(http, "nomatch.test", "/verify", "").await;
+    assert_eq!((status, field(&body, "name")), (200, Some("permissive")));
+}

@@ -6,17 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AnnotationError, first};
+pub use super::SecretName;
+use super::{AnnotationError, err, first, secret_name};
 use crate::behaviour::ExternalOptions;
-
-/// A Secret an annotation names: `name` (the Ingress's namespace) or `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretName {
-    /// Namespace, when the annotation gives one.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
 
 /// Where `auth-url` points, and the path (with its query) the subrequest asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,13 +62,6 @@ pub enum AuthSpec {
         /// The companions.
         options: Box<ExternalOptions>,
     },
-}
-
-pub(super) fn err(name: &'static str, message: impl Into<String>) -> AnnotationError {
-    AnnotationError {
-        name,
-        message: message.into(),
-    }
 }
 
 /// The realm sent when `auth-realm` is not set.
@@ -206,20 +191,6 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
         path,
         origin,
     })
-}
-
-pub(super) fn secret_name(name: &'static str, s: &str) -> Result<SecretName, AnnotationError> {
-    match s.split_once('/') {
-        Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Ok(SecretName {
-            namespace: Some(ns.to_string()),
-            name: n.to_string(),
-        }),
-        None if !s.is_empty() => Ok(SecretName {
-            namespace: None,
-            name: s.to_string(),
-        }),
-        _ => Err(err(name, format!("{s:?} is not NAME or NAMESPACE/NAME"))),
-    }
 }
 
 /// `satisfy`: `true` for `any` (source ranges or authentication), `false` for `all` (the

@@ -6,44 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::auth::err;
+pub use crate::behaviour::{AuthCache, KeyPart};
+
+use super::err;
 use super::{AnnotationError, first};
-
-/// One piece of an `auth-cache-key` template.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum KeyPart {
-    /// Text as written.
-    Literal(String),
-    /// `$http_NAME`: a request header (lower case, `-` for `_`).
-    Header(String),
-    /// `$cookie_NAME`.
-    Cookie(String),
-    /// `$arg_NAME`: a query parameter.
-    Arg(String),
-    /// `$remote_addr`: the client address (as the trusted-proxy rules resolve it).
-    RemoteAddr,
-    /// `$remote_user`: the user of a Basic `Authorization`.
-    RemoteUser,
-    /// `$host`.
-    Host,
-    /// `$request_uri`: path and query as sent.
-    RequestUri,
-    /// `$uri`: the path.
-    Uri,
-    /// `$args`: the query.
-    Args,
-    /// `$request_method`.
-    Method,
-}
-
-/// What to remember of `auth-url` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AuthCache {
-    /// The key template.
-    pub key: Vec<KeyPart>,
-    /// Statuses (empty: any) and how long an answer with one of them is remembered.
-    pub valid: Vec<(Vec<u16>, Duration)>,
-}
 
 /// Parses an nginx variable template: `$name` or `${name}`, everything else literal.
 fn template(name: &'static str, v: &str) -> Result<Vec<KeyPart>, AnnotationError> {

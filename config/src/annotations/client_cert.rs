@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::auth::{SecretName, err, location, secret_name};
+use super::auth::location;
 use super::{AnnotationError, first};
+use super::{SecretName, err, secret_name};
 
 /// What the `auth-tls-*` annotations of one Ingress ask for (`auth-tls-verify-client: off`
 /// asks for nothing).

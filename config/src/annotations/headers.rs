@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use super::auth::{SecretName, secret_name};
 use super::{AnnotationError, first};
+use super::{SecretName, secret_name};
 
 /// Fields that frame or route a message: never set from a ConfigMap.
 pub const FRAMING: &[&str] = &[

@@ -85,6 +85,37 @@ pub fn unenforced_access(a: &BTreeMap<String, String>) -> Vec<&str> {
 }
 
 /// Test input: these `(name, value)` pairs under the ingress-nginx prefix.
+/// A Secret an annotation names: `name` (the Ingress's namespace) or `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretName {
+    /// Namespace, when the annotation gives one.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// An [`AnnotationError`] for annotation `name`.
+pub(super) fn err(name: &'static str, message: impl Into<String>) -> AnnotationError {
+    AnnotationError {
+        name,
+        message: message.into(),
+    }
+}
+
+pub(super) fn secret_name(name: &'static str, s: &str) -> Result<SecretName, AnnotationError> {
+    match s.split_once('/') {
+        Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Ok(SecretName {
+            namespace: Some(ns.to_string()),
+            name: n.to_string(),
+        }),
+        None if !s.is_empty() => Ok(SecretName {
+            namespace: None,
+            name: s.to_string(),
+        }),
+        _ => Err(err(name, format!("{s:?} is not NAME or NAMESPACE/NAME"))),
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn nginx_annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

@@ -271,52 +271,7 @@ pub fn other_timeouts(a: &BTreeMap<String, String>) -> Result<(), AnnotationErro
     Ok(())
 }
 
-/// Compiles a `use-regex` path as the data plane will: case-insensitive, anchored at the start
-/// of the path. The `regex` crate has no look-around and no back-references (PCRE has both);
-/// such a path is an error naming the construct, never a silently different match.
-pub fn path_regex(path: &str) -> Result<regex::Regex, String> {
-    regex::RegexBuilder::new(&format!("^(?:{path})"))
-        .case_insensitive(true)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| {
-            let hint = if path.contains("(?=")
-                || path.contains("(?!")
-                || path.contains("(?<=")
-                || path.contains("(?<!")
-            {
-                " (look-around is a PCRE feature the regex crate does not have)"
-            } else if path.contains("\\1") || path.contains("\\k<") {
-                " (back-references are a PCRE feature the regex crate does not have)"
-            } else {
-                ""
-            };
-            format!("path {path:?} is not a regular expression sluice can run{hint}: {e}")
-        })
-}
-
-/// Expands a `rewrite-target` template: `$0`..`$9` become the captures (empty when a group did
-/// not take part), everything else is copied.
-pub fn expand(template: &str, caps: &regex::Captures<'_>, out: &mut String) {
-    let mut rest = template;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        match after.as_bytes().first() {
-            Some(d @ b'0'..=b'9') => {
-                if let Some(m) = caps.get(usize::from(d - b'0')) {
-                    out.push_str(m.as_str());
-                }
-                rest = &after[1..];
-            }
-            _ => {
-                out.push('$');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-}
+pub use crate::path::{expand, path_regex};
 
 #[cfg(test)]
 mod tests {

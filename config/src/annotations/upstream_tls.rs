@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::auth::{SecretName, err, secret_name};
 use super::{AnnotationError, first};
+use super::{SecretName, err, secret_name};
 
 /// What the `proxy-ssl-*` annotations of one Ingress ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]

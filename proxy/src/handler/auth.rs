@@ -224,6 +224,9 @@ async fn remote_call<B>(
 ) -> Verdict {
     let scheme = if cx.conn.tls { "https" } else { "http" };
     let o = &remote.origin;
+    let Ok(_call) = ext.remote_calls.try_acquire() else {
+        return Verdict::Answer(crate::handler::local::limited(503));
+    };
     let default_port = if o.https { 443 } else { 80 };
     let authority = if o.port == default_port {
         o.host.clone()
@@ -272,10 +275,12 @@ fn where_to<'a>(ext: &'a External, cx: &Asking<'a>) -> Result<AuthAt<'a>, String
         Via::Routed(named) => {
             let host = named.as_deref().unwrap_or(cx.host);
             let found = match named {
+                // The named host's own rules only: a host-less rule or a default backend,
+                // which any tenant may define, never answers for it.
                 Some(_) => {
                     let mut buf = HostBuf::default();
-                    cx.table
-                        .lookup(normalize_request_host(host, &mut buf), ext.path())
+                    normalize_request_host(host, &mut buf)
+                        .and_then(|h| cx.table.lookup_named(h, ext.path()))
                 }
                 None => cx.table.lookup_in(cx.vhost, ext.path()),
             };

@@ -4,8 +4,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
 use regex::Regex;
-use sluice_config::annotations::traffic::{expand, path_regex};
 use sluice_config::behaviour::{Canary, HeaderRule, RouteEdits, SameSite};
+use sluice_config::path::{expand, path_regex};
 use sluice_config::{PathKind, PathMatch};
 
 use crate::upstream::balance::cookie;
@@ -252,7 +252,10 @@ impl Edits {
     /// not match (the request then goes as it came), or the result is not a valid target.
     pub fn rewritten(&self, uri: &Uri) -> Option<Uri> {
         let (re, template) = self.rewrite.as_ref()?;
-        let caps = re.captures(uri.path())?;
+        // On the route view, as the route itself was matched (`/app%2Fx` is `/app/x` to both),
+        // so a route that matched is always rewritten.
+        let view = sluice_config::request_path::route_view(uri.path());
+        let caps = re.captures(&view)?;
         let mut out = String::with_capacity(template.len() + uri.path().len());
         expand(template, &caps, &mut out);
         if let Some(q) = uri.query() {

@@ -68,8 +68,9 @@ pub struct Action {
     /// Whether requests must take the general handler (edits or a canary: the direct path
     /// serves plain routes only).
     pub general_only: bool,
-    /// The virtual host the route belongs to (`None`: the default backend): where an
-    /// `auth-url` naming `$host` looks its route up.
+    /// The virtual host the route belongs to (`None`: the default backend, which has none, so
+    /// an `auth-url` naming `$host` on it finds no route and fails closed): where an `auth-url`
+    /// naming `$host` looks its route up.
     pub vhost: Option<u32>,
 }
 
@@ -401,7 +402,7 @@ impl RouteTable {
     /// The one rule for the direct path: the pool a body-less HTTP/1.1 request routed to
     /// `action` may be forwarded to from its raw head, or `None` when the general handler
     /// must take it — a route with anything only the general handler applies
-    /// ([`needs_general`]), request limits or `block-cidrs` for a client whose address is in
+    /// (see `needs_general`), request limits or `block-cidrs` for a client whose address is in
     /// a header (a trusted proxy's), a `block-cidrs` client, no pool, an h2c or HTTPS-over-h2
     /// pool, a pool that hashes a header or cookie (the direct path indexes no fields), or an
     /// HTTPS redirect on plain HTTP.
@@ -468,10 +469,21 @@ impl RouteTable {
         &self.snapshot
     }
 
-    /// Finds the action for a path within one virtual host (`None`: the host-less one), with
-    /// no fall-through (see [`sluice_config::matcher::RouteIndex::lookup_in`]).
+    /// Finds the action for a path within one virtual host, with no fall-through (see
+    /// [`sluice_config::matcher::RouteIndex::lookup_in`]); `None` for the default backend's
+    /// route, which belongs to no virtual host.
     pub fn lookup_in(&self, vhost: Option<u32>, path: &str) -> Option<&Action> {
-        match self.snapshot.route_ref_in(vhost, path)? {
+        self.rule(self.snapshot.route_ref_in(vhost?, path)?)
+    }
+
+    /// Finds the action for a path on a named host's own rules, exact then wildcard (see
+    /// [`sluice_config::matcher::RouteIndex::lookup_named`]).
+    pub fn lookup_named(&self, host: &str, path: &str) -> Option<&Action> {
+        self.rule(self.snapshot.route_ref_named(host, path)?)
+    }
+
+    fn rule(&self, r: RouteRef) -> Option<&Action> {
+        match r {
             RouteRef::Default => None,
             RouteRef::Rule { vhost, route } => {
                 self.actions.get(vhost as usize)?.get(route as usize)

@@ -36,7 +36,13 @@ pub struct External {
     pub(crate) cache: Option<super::cache::AnswerCache>,
     /// The operator allows the URL's host outside sluice's routes (`--auth-url-allow`).
     pub(crate) remote: Option<sluice_config::behaviour::Remote>,
+    /// Calls to that host in flight at once, at most [`REMOTE_AT_ONCE`]: each is a fresh
+    /// connection, so a flood of requests must not become a flood of outbound connections.
+    pub(crate) remote_calls: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Calls to an outside auth service in flight at once, per route; past it, 503 at once.
+pub const REMOTE_AT_ONCE: usize = 64;
 
 /// Who answers a route's auth subrequests.
 #[derive(Debug)]
@@ -132,6 +138,7 @@ impl External {
             always_set_cookie: a.options.always_set_cookie,
             cache: a.options.cache.as_ref().map(super::cache::AnswerCache::new),
             remote: a.remote.clone(),
+            remote_calls: std::sync::Arc::new(tokio::sync::Semaphore::new(REMOTE_AT_ONCE)),
         })
     }
 
