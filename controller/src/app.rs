@@ -140,8 +140,8 @@ impl Running {
                 .collect(),
             limit_status: c.limit_req_status_code,
             access_log: c.access_log.then_some(match c.log_format {
-                LogFormat::Text => sluice_proxy::telemetry::access::Format::Text,
-                LogFormat::Json => sluice_proxy::telemetry::access::Format::Json,
+                LogFormat::Text => sluice_proxy::telemetry::access_log::Format::Text,
+                LogFormat::Json => sluice_proxy::telemetry::access_log::Format::Json,
             }),
         };
         let dp =

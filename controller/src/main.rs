@@ -46,7 +46,7 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Serve(a) => sluice::serve::run(a).await,
-            Command::Controller(a) => sluice::cluster::run(a).await,
+            Command::Controller(a) => sluice::kube::run(a).await,
             Command::Check(_) => Ok(()),
         }
     });

@@ -25,6 +25,7 @@ pub mod crypto;
 pub mod error;
 pub mod handler;
 pub mod io;
+pub mod policy;
 pub mod server;
 pub mod state;
 pub mod telemetry;

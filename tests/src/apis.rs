@@ -128,7 +128,7 @@ impl TestApi {
 
     /// Starts `sluice controller` in-process against this server: as the shipped
     /// ServiceAccount on the real one, its Lease in the namespace the manifests give it rights in.
-    pub async fn controller(&self, identity: &str, extra: &[&str]) -> sluice::cluster::Controlling {
+    pub async fn controller(&self, identity: &str, extra: &[&str]) -> sluice::kube::Controlling {
         let client = self.controller_client().await;
         self.start_controller(client, identity, extra).await
     }
@@ -148,7 +148,7 @@ impl TestApi {
         client: kube::Client,
         identity: &str,
         extra: &[&str],
-    ) -> sluice::cluster::Controlling {
+    ) -> sluice::kube::Controlling {
         let mut args = Vec::new();
         if self.is_real() {
             args.extend(["--election-namespace", CONTROLLER_NAMESPACE]);

@@ -523,7 +523,7 @@ pub async fn controller(
     fake: &fake_api::FakeApi,
     identity: &str,
     extra: &[&str],
-) -> sluice::cluster::Controlling {
+) -> sluice::kube::Controlling {
     controller_with(kube_client(fake), identity, extra).await
 }
 
@@ -532,7 +532,7 @@ pub async fn controller_with(
     kube: kube::Client,
     identity: &str,
     extra: &[&str],
-) -> sluice::cluster::Controlling {
+) -> sluice::kube::Controlling {
     let mut argv: Vec<String> = [
         "sluice",
         "controller",
@@ -553,12 +553,12 @@ pub async fn controller_with(
     let sluice::cli::Command::Controller(args) = cli.command else {
         panic!("not controller")
     };
-    let timing = sluice::cluster::leader::Timing {
+    let timing = sluice::kube::leader::Timing {
         lease_duration: Duration::from_secs(2),
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
     };
-    sluice::cluster::start(&args, kube, identity.to_string(), timing)
+    sluice::kube::start(&args, kube, identity.to_string(), timing)
         .await
         .unwrap()
 }

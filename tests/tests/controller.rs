@@ -18,7 +18,7 @@ use sluice_tests::{on_both, real_only};
 /// Polls `/readyz` like a kubelet (up to `polls` times, 50 ms apart); once it is 200, `host`
 /// must already be routed to `backend` (no 404 after ready). Returns whether it got ready.
 async fn ready_with_routes(
-    c: &sluice::cluster::Controlling,
+    c: &sluice::kube::Controlling,
     host: &str,
     backend: &str,
     polls: usize,
@@ -43,7 +43,7 @@ async fn base(api: &TestApi, svc: &str, addrs: &[std::net::SocketAddr]) {
         .await;
 }
 
-async fn ready(c: &sluice::cluster::Controlling) -> bool {
+async fn ready(c: &sluice::kube::Controlling) -> bool {
     let admin = c.running.admin_addr;
     eventually(Duration::from_secs(10), || async move {
         get(&client(), admin, "x", "/readyz")

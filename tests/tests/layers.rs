@@ -19,6 +19,7 @@ const PROXY: &[&str] = &[
     "handler",
     "admin",
     "state",
+    "policy",
     "upstream",
     "telemetry",
     "wire",

@@ -12,12 +12,12 @@ use http::{Request, Response, StatusCode};
 
 use crate::handler::ConnInfo;
 use crate::handler::local::Local;
-use crate::state::auth::Gate;
-use crate::state::auth::basic::{Basic, Checked};
-use crate::state::auth::cache::Answer;
-use crate::state::auth::client_cert::{ClientAuth, Judged};
-use crate::state::auth::digest::Refused;
-use crate::state::auth::external::{External, Passed, Via};
+use crate::policy::auth::Gate;
+use crate::policy::auth::basic::{Basic, Checked};
+use crate::policy::auth::cache::Answer;
+use crate::policy::auth::client_cert::{ClientAuth, Judged};
+use crate::policy::auth::digest::Refused;
+use crate::policy::auth::external::{External, Passed, Via};
 use crate::state::routes::{RouteTable, Target};
 use crate::upstream::body::RespBody;
 use crate::upstream::cluster::Cluster;
@@ -220,7 +220,7 @@ async fn remote_call<B>(
     remote: &sluice_config::behaviour::Remote,
     req: &Request<B>,
     cx: &Asking<'_>,
-    key: Option<(&crate::state::auth::cache::AnswerCache, Vec<u8>)>,
+    key: Option<(&crate::policy::auth::cache::AnswerCache, Vec<u8>)>,
 ) -> Verdict {
     let scheme = if cx.conn.tls { "https" } else { "http" };
     let o = &remote.origin;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use http::HeaderValue;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use crate::state::auth::client_cert::ClientCert;
+use crate::policy::auth::client_cert::ClientCert;
 use crate::wire::forwarded::ProxyHeaders;
 
 /// Facts about the client connection a request arrived on.

@@ -31,7 +31,7 @@ use crate::handler::respond::{BodyFraming, HeadWriter};
 use crate::handler::rules::ResponseRules;
 use crate::state::dataplane::DataPlane;
 use crate::state::routes::{Action, DirectClient};
-use crate::telemetry::access::{self, RouteSeen, UpstreamSeen};
+use crate::telemetry::access_log::{self, RouteSeen, UpstreamSeen};
 use crate::upstream::balance::{KeySource, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::cluster::Cluster;
@@ -355,8 +355,8 @@ async fn forward(
 impl Direct {
     /// What the access log says of this answer (the body's length comes from the written
     /// head's framing).
-    pub(crate) fn answered(&self) -> access::Answered {
-        access::Answered {
+    pub(crate) fn answered(&self) -> access_log::Answered {
+        access_log::Answered {
             status: self.head.status.as_u16(),
             bytes: None,
             route: self.logged.as_ref().map(|l| l.0.clone()),

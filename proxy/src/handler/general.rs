@@ -16,10 +16,10 @@ use crate::handler::local::{Local, error_response, limited, timed_out, unasked_s
 use crate::handler::rules::ResponseRules;
 use crate::handler::{ConnInfo, auth, errors};
 use crate::io::activity::{Activity, Watched};
+use crate::policy::edits::Edits;
 use crate::state::dataplane::DataPlane;
-use crate::state::edits::Edits;
 use crate::state::routes::{Action, RouteTable, Target};
-use crate::telemetry::access::{self, UpstreamSeen};
+use crate::telemetry::access_log::{self, UpstreamSeen};
 use crate::upstream::balance::{KeySource, cookie, cookie_key, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::retry::{self, Plan};
@@ -123,7 +123,7 @@ pub fn handle(
         let Some(log) = dp.access_log() else {
             return handle_in(&table, &dp, &conn, req, started).await;
         };
-        let seen = access::Seen::of(
+        let seen = access_log::Seen::of(
             &req.method().clone(),
             &req.uri().clone(),
             req.version(),
@@ -133,7 +133,7 @@ pub fn handle(
         log.record(
             conn.remote.ip(),
             &seen,
-            &access::Answered::of(&resp),
+            &access_log::Answered::of(&resp),
             started,
         );
         resp
@@ -448,7 +448,7 @@ fn route(
         let session = edits
             .and_then(|e| e.affinity.as_ref())
             .filter(|a| !a.present(&parts.headers))
-            .map(|_| crate::state::edits::SessionCookie::new_value());
+            .map(|_| crate::policy::edits::SessionCookie::new_value());
         let key = hash_key(&cluster.balance, &parts, conn, session.as_deref());
         let plan = Plan::new(&parts.method, &action.next_upstream, s.upstream_tries, key);
         let up_req = Request::from_parts(parts, ReqBody::new(body, max_body_size));

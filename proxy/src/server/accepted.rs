@@ -14,7 +14,7 @@ use super::{ConnCtx, passthrough, proxy_protocol, serve_conn};
 use crate::handler::{ConnInfo, Slot};
 use crate::io::finish::Finish;
 use crate::io::prefixed::Prefixed;
-use crate::state::auth::client_cert::{ClientAuth, ClientCert};
+use crate::policy::auth::client_cert::{ClientAuth, ClientCert};
 use sluice_config::ServerTls;
 
 /// An accepted connection, before its PROXY header (if the listener expects one).

@@ -17,7 +17,7 @@ use sluice_config::ServerTls;
 use sluice_config::host::{HostBuf, normalize_request_host};
 
 use crate::crypto::{backend, provider};
-use crate::state::auth::client_cert::ClientAuth;
+use crate::policy::auth::client_cert::ClientAuth;
 use crate::state::certs::CertStore;
 
 /// The rustls resolver over the swappable store.

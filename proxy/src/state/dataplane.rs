@@ -13,7 +13,7 @@ use sluice_config::{ClusterKey, EndpointSpec, Snapshot};
 use crate::state::certs::{CertError, CertStore, LoadedCert, TlsProblem, TlsState};
 use crate::state::routes::RouteTable;
 use crate::state::settings::ProxySettings;
-use crate::telemetry::access::AccessLog;
+use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::metrics::{
     CertInfoLabels, CertLabels, EndpointLabels, HandshakeStats, Metrics, ResultLabels,
 };

@@ -1,12 +1,10 @@
 //! The data plane's state and its swap points: the route table ([`routes`], one `ArcSwap`),
 //! each pool's endpoint set (in [`crate::upstream::cluster`]), and the certificate store
-//! ([`certs`]). [`dataplane::DataPlane`] applies a snapshot to all three.
+//! ([`certs`]). [`dataplane::DataPlane`] applies a snapshot to all three. Each route's compiled
+//! policy (auth, edits, limits) lives in [`crate::policy`].
 
-pub mod auth;
 pub mod certs;
 pub mod dataplane;
-pub mod edits;
-pub mod limits;
 pub mod routes;
 pub mod settings;
 

@@ -11,11 +11,11 @@ use sluice_config::{
     ClusterKey, HostMatch, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot,
 };
 
-use crate::state::auth::Gate;
-use crate::state::auth::client_cert::ClientAuth;
-use crate::state::edits::{CanaryRule, Edits};
-use crate::state::limits::{InFlight, Limiter, OverLimit};
-use crate::telemetry::access::RouteSeen;
+use crate::policy::auth::Gate;
+use crate::policy::auth::client_cert::ClientAuth;
+use crate::policy::edits::{CanaryRule, Edits};
+use crate::policy::limits::{InFlight, Limiter, OverLimit};
+use crate::telemetry::access_log::RouteSeen;
 use crate::telemetry::metrics::{Metrics, RouteStats};
 use crate::upstream::cluster::Cluster;
 

@@ -22,7 +22,7 @@ pub struct ProxySettings {
     /// Secret whose certificate is the default (unknown or missing SNI).
     pub default_certificate: Option<ObjectRef>,
     /// Access log on stdout, in this format (off when `None`).
-    pub access_log: Option<crate::telemetry::access::Format>,
+    pub access_log: Option<crate::telemetry::access_log::Format>,
     /// Peers whose forwarding headers are believed (`--trusted-proxies`).
     pub trusted_proxies: Vec<sluice_config::Cidr>,
     /// Longest silence, both ways, in a tunnel (WebSocket and other upgrades) before it is

@@ -1,6 +1,6 @@
 //! What sluice tells its operators: Prometheus metric families ([`metrics`]), the access log
-//! ([`access`]) and the rate-limited error log of the answers it gives itself ([`errlog`]).
+//! ([`access_log`]) and the rate-limited error log of the answers it gives itself ([`errlog`]).
 
-pub mod access;
+pub mod access_log;
 pub mod errlog;
 pub mod metrics;

@@ -42,7 +42,7 @@ use crate::handler::respond::{respond, send_body};
 use crate::handler::rules::ResponseRules;
 use crate::io::finish::{self, Finish, finish};
 use crate::state::dataplane::DataPlane;
-use crate::telemetry::access;
+use crate::telemetry::access_log;
 use crate::upstream::body::RespBody;
 use crate::wire::decode::{Span, fields, lists};
 use crate::wire::field::Field;
@@ -205,7 +205,7 @@ pub(crate) fn parse(
 
 /// What the access log needs of a fast-path request. A request without `X-Request-ID` gets
 /// one, which the upstream will be sent too.
-fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
+fn seen(req: &mut FastReq, spans: &[Span]) -> access_log::Seen {
     let host = req.head.slice(req.host.0..req.host.1);
     let client_id = fields(&req.head, spans)
         .find(|(n, _)| Field::of(n) == Field::XRequestId)
@@ -213,7 +213,7 @@ fn seen(req: &mut FastReq, spans: &[Span]) -> access::Seen {
     if client_id.is_none() {
         req.request_id = Some(crate::wire::forwarded::new_request_id());
     }
-    access::Seen::raw(&req.method, &req.uri, host, client_id, req.request_id)
+    access_log::Seen::raw(&req.method, &req.uri, host, client_id, req.request_id)
 }
 
 /// A local answer that ends the connection (bad request, head too large), from the one
@@ -443,7 +443,7 @@ where
             }
             Answer::General(resp) => {
                 if logging.is_some() {
-                    answered = Some(access::Answered::of(&resp));
+                    answered = Some(access_log::Answered::of(&resp));
                 }
                 let close = !keep_alive || lists(resp.headers(), &header::CONNECTION, "close");
                 (

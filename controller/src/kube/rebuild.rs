@@ -403,7 +403,7 @@ mod tests {
     use sluice_proxy::ProxySettings;
 
     use super::*;
-    use crate::cluster::watch::Obj;
+    use crate::kube::watch::Obj;
 
     fn ingress() -> Obj {
         Obj::Ingress(Arc::new(
