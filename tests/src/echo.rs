@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Empty, Full};
 
 /// A running echo pod.
 #[derive(Debug, Clone)]
@@ -149,4 +149,18 @@ pub fn write_services(m: &crate::Manifests, pods: &[(&str, &Echo)]) {
         .map(|(name, pod)| service_of(name, "default", pod.addr))
         .collect();
     m.write("svc.yaml", &svcs.join("---\n"));
+}
+
+/// An HTTP/2 connection with prior knowledge (h2c) to `addr`, its connection task spawned:
+/// requests go out routed on their URI's authority (`:authority`), as every HTTP/2 request is.
+pub async fn h2c(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Empty<Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    send
 }

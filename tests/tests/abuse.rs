@@ -353,16 +353,7 @@ async fn an_http2_host_field_must_agree_with_the_authority() {
         &one_service("a.test", "svc", &[b.addr]).join("---\n"),
     );
     let s = serve(m.dir.path(), &[]).await;
-    let tcp = TcpStream::connect(s.running.http_addr.unwrap())
-        .await
-        .unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut send = sluice_tests::echo::h2c(s.running.http_addr.unwrap()).await;
     let ask = |host: Option<&str>| {
         let mut r = http::Request::get("http://a.test/");
         if let Some(h) = host {

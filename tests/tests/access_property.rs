@@ -295,14 +295,7 @@ async fn send(addr: SocketAddr, r: &Req) -> Option<Outcome> {
             use http_body_util::{BodyExt, Empty};
             // A target http's URI parser refuses is never sent over HTTP/2.
             let uri: http::Uri = format!("http://{}{}", r.host, r.target).parse().ok()?;
-            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (mut tx, conn) = hyper::client::conn::http2::handshake(
-                hyper_util::rt::TokioExecutor::new(),
-                hyper_util::rt::TokioIo::new(tcp),
-            )
-            .await
-            .unwrap();
-            tokio::spawn(conn);
+            let mut tx = echo::h2c(addr).await;
             let mut req = http::Request::get(uri);
             if r.credentials {
                 req = req.header("authorization", ALICE);

@@ -180,7 +180,25 @@ pub(crate) fn handle_in(
         let found = {
             let mut buf = HostBuf::default();
             let host = normalize_request_host(raw_host, &mut buf);
-            table.lookup(host, &request_path::route_view(req.uri().path()))
+            let path = req.uri().path();
+            match request_path::route_view(path) {
+                std::borrow::Cow::Borrowed(view) => Some(table.lookup(host, view)),
+                // The path read literally (separators and parameters as data, as a backend
+                // that does not decode them reads it) must not belong to another route: no
+                // single reading is every backend's, so a request whose route depends on the
+                // reading is refused rather than checked by the rules of one route and served
+                // as another's.
+                std::borrow::Cow::Owned(view) => {
+                    let routed = table.lookup(host, &view);
+                    match (routed, table.lookup(host, path)) {
+                        (Some(a), Some(b)) if !std::ptr::eq(a, b) => None,
+                        _ => Some(routed),
+                    }
+                }
+            }
+        };
+        let Some(found) = found else {
+            return respond_local(dp, Local::InvalidPath, req.version());
         };
         let Some(action) = found else {
             return respond_local(dp, Local::NoRoute, req.version());
