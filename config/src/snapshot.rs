@@ -29,6 +29,8 @@ pub struct SnapshotParts {
     pub passthrough: Vec<Passthrough>,
     /// Everything reported during translation.
     pub problems: Vec<Problem>,
+    /// The sockets Gateways listen on, with their rules (Gateway API).
+    pub gateway_sockets: Vec<crate::gateway_model::GatewaySocket>,
 }
 
 /// An immutable routing configuration. Two snapshots built from equal inputs are equal and have
@@ -51,6 +53,7 @@ impl PartialEq for Snapshot {
             && self.parts.settings == other.parts.settings
             && self.parts.passthrough == other.parts.passthrough
             && self.parts.problems == other.parts.problems
+            && self.parts.gateway_sockets == other.parts.gateway_sockets
     }
 }
 
@@ -76,6 +79,7 @@ impl Snapshot {
         parts.settings.hash(&mut h);
         parts.passthrough.hash(&mut h);
         parts.problems.hash(&mut h);
+        parts.gateway_sockets.hash(&mut h);
         let index = RouteIndex::build(&parts.virtual_hosts, parts.default_backend.is_some());
         Self {
             hash: h.finish(),
@@ -122,6 +126,11 @@ impl Snapshot {
     /// SSL passthrough hosts.
     pub fn passthrough(&self) -> &[Passthrough] {
         &self.parts.passthrough
+    }
+
+    /// The Gateway API's sockets and their rules.
+    pub fn gateway_sockets(&self) -> &[crate::gateway_model::GatewaySocket] {
+        &self.parts.gateway_sockets
     }
 
     /// Problems found while translating.

@@ -4,10 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::gateway_api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::refs::ObjectRef;
 
 /// The label EndpointSlices carry to name their Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -41,6 +44,20 @@ pub struct World {
     pub secrets: BTreeMap<Key, Arc<Secret>>,
     /// ConfigMaps by key (the controller ConfigMap is looked up here).
     pub config_maps: BTreeMap<Key, Arc<ConfigMap>>,
+    /// GatewayClasses by name (empty namespace).
+    pub gateway_classes: BTreeMap<Key, Arc<GatewayClass>>,
+    /// Gateways by key.
+    pub gateways: BTreeMap<Key, Arc<Gateway>>,
+    /// HTTPRoutes by key.
+    pub http_routes: BTreeMap<Key, Arc<HTTPRoute>>,
+    /// ReferenceGrants by key.
+    pub reference_grants: BTreeMap<Key, Arc<ReferenceGrant>>,
+    /// Namespaces by name (empty namespace): a listener's `allowedRoutes` selector reads
+    /// their labels. Watched only with the Gateway API.
+    pub namespaces: BTreeMap<Key, Arc<Namespace>>,
+    /// Gateway API objects this version cannot read (a newer bundle's field values), with
+    /// why: each is reported and left out, the others keep working.
+    pub unreadable: BTreeMap<ObjectRef, String>,
     endpoint_slices: BTreeMap<Key, Arc<EndpointSlice>>,
     slices_by_service: BTreeMap<Key, BTreeSet<String>>,
 }

@@ -67,6 +67,7 @@ pub fn translate_options(c: &CommonArgs) -> TranslateOptions {
             HostOwnershipArg::Shared => HostOwnership::Shared,
             HostOwnershipArg::Namespace => HostOwnership::Namespace,
         },
+        gateway: sluice_config::gateway::GatewayOptions::default(),
     }
 }
 

@@ -302,9 +302,80 @@ pub struct ControllerArgs {
     /// Name of the leader-election Lease.
     #[arg(long, env = "SLUICE_ELECTION_ID", default_value = "sluice-leader")]
     pub election_id: String,
+    /// Addresses Gateways may be given, one per Gateway (comma-separated addresses and
+    /// CIDR blocks, e.g. 198.18.0.16/28): each Gateway listens on its own and writes it to
+    /// `status.addresses`. Without it Gateways share the node's addresses.
+    #[arg(long, env = "SLUICE_GATEWAY_ADDRESSES", value_parser = parse_gateway_addresses, default_value = "")]
+    pub gateway_addresses: GatewayAddresses,
+    /// GatewayClasses whose `spec.controllerName` is this are run by sluice.
+    #[arg(long, env = "SLUICE_GATEWAY_CONTROLLER_NAME", default_value = sluice_config::gateway::DEFAULT_GATEWAY_CONTROLLER)]
+    pub gateway_controller_name: String,
     /// Shared flags.
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+/// The pool of `--gateway-addresses`, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayAddresses(pub Vec<std::net::IpAddr>);
+
+/// Most addresses `--gateway-addresses` may name (a /20 of IPv4).
+const MAX_GATEWAY_ADDRESSES: u128 = 4096;
+
+/// Parses `--gateway-addresses`: addresses and CIDR blocks, comma-separated (a block gives
+/// every address in it, the network and broadcast addresses of an IPv4 block larger than a
+/// /31 left out).
+pub fn parse_gateway_addresses(v: &str) -> Result<GatewayAddresses, String> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut out: Vec<IpAddr> = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (ip, bits) = match item.split_once('/') {
+            None => (item, None),
+            Some((ip, b)) => (
+                ip,
+                Some(
+                    b.parse::<u8>()
+                        .map_err(|_| format!("{item:?}: bad prefix length"))?,
+                ),
+            ),
+        };
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|e| format!("{item:?} is not an address or CIDR block ({e})"))?;
+        let width: u8 = if ip.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(width);
+        if bits > width {
+            return Err(format!("{item:?}: prefix length over {width}"));
+        }
+        let count = 1u128 << (width - bits);
+        if count > MAX_GATEWAY_ADDRESSES {
+            return Err(format!(
+                "{item:?} holds {count} addresses; at most {MAX_GATEWAY_ADDRESSES} may be given"
+            ));
+        }
+        let base: u128 = match ip {
+            IpAddr::V4(a) => u128::from(u32::from(a)),
+            IpAddr::V6(a) => u128::from(a),
+        } & !(count - 1);
+        let (first, last) = if ip.is_ipv4() && count > 2 {
+            (1, count - 1)
+        } else {
+            (0, count)
+        };
+        for i in first..last {
+            let n = base + i;
+            let a = match ip {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(
+                    u32::try_from(n).map_err(|_| format!("{item:?}: out of range"))?,
+                )),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(n)),
+            };
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    Ok(GatewayAddresses(out))
 }
 
 /// Parses "off" / an address.
@@ -322,5 +393,26 @@ impl CommonArgs {
     /// The shutdown deadline.
     pub fn shutdown_deadline(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout)
+    }
+}
+
+#[cfg(test)]
+mod gateway_address_tests {
+    use super::parse_gateway_addresses as p;
+
+    #[test]
+    fn blocks_and_addresses_expand_in_order_without_network_and_broadcast() {
+        let a = p("198.18.0.16/30, 10.0.0.9").unwrap_or_default().0;
+        let s: Vec<String> = a.iter().map(ToString::to_string).collect();
+        assert_eq!(s, ["198.18.0.17", "198.18.0.18", "10.0.0.9"]);
+        assert_eq!(p("").unwrap_or_default().0.len(), 0);
+        assert_eq!(p("fd00::/126").map(|a| a.0.len()).ok(), Some(4));
+    }
+
+    #[test]
+    fn bad_values_say_what_is_wrong() {
+        assert!(p("10.0.0.0/8").is_err_and(|e| e.contains("at most")));
+        assert!(p("10.0.0.1/33").is_err());
+        assert!(p("nope").is_err_and(|e| e.contains("not an address")));
     }
 }

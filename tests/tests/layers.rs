@@ -35,13 +35,17 @@ const PROXY: &[&str] = &[
 /// the names of objects and pools, CIDRs) and the world of objects.
 const CONFIG: &[&str] = &[
     "translate",
+    "gateway",
     "configmap",
     "annotations",
+    "resolve",
     "snapshot",
+    "gateway_model",
     "matcher",
     "model",
     "behaviour",
     "world",
+    "gateway_api",
     "host",
     "path",
     "request_path",
@@ -53,7 +57,15 @@ const CONFIG: &[&str] = &[
 
 /// The config crate's modules the proxy may not read: everything above the snapshot, and the
 /// world of Kubernetes objects. It reads the model and the pure leaves.
-const CONFIG_NOT_FOR_PROXY: &[&str] = &["translate", "configmap", "annotations", "world"];
+const CONFIG_NOT_FOR_PROXY: &[&str] = &[
+    "translate",
+    "gateway",
+    "configmap",
+    "annotations",
+    "resolve",
+    "world",
+    "gateway_api",
+];
 
 type Module = Vec<String>;
 

@@ -14,6 +14,7 @@ use crate::model::{
     BalancePolicy, ClusterKey, ClusterSpec, EndpointSpec, EndpointState, ObjectRef, RouteAction,
     Severity, UpstreamProtocol,
 };
+use crate::resolve::resolve_endpoints;
 use crate::world::World;
 
 use super::Problems;
@@ -30,75 +31,6 @@ fn app_protocol(port: &ServicePort) -> UpstreamProtocol {
         Some("https") | Some("kubernetes.io/https") => UpstreamProtocol::Https,
         _ => UpstreamProtocol::Http1,
     }
-}
-
-/// Resolves the endpoints of one Service port from the world's EndpointSlices.
-pub fn resolve_endpoints(
-    world: &World,
-    namespace: &str,
-    svc: &Service,
-    port: &ServicePort,
-) -> Vec<EndpointSpec> {
-    let svc_name = svc.metadata.name.as_deref().unwrap_or_default();
-    let port_name = port.name.as_deref().unwrap_or_default();
-    let mut found: BTreeMap<SocketAddr, EndpointState> = BTreeMap::new();
-    for slice in world.slices_for(namespace, svc_name) {
-        if slice.address_type == "FQDN" {
-            continue;
-        }
-        let Some(target) = slice
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
-            .and_then(|p| p.port)
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for ep in &slice.endpoints {
-            let Some(ip) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
-                continue;
-            };
-            let cond = ep.conditions.as_ref();
-            let ready = cond.and_then(|c| c.ready).unwrap_or(true);
-            let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
-            let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
-            let state = if ready {
-                EndpointState::Ready
-            } else if serving && terminating {
-                EndpointState::Draining
-            } else {
-                continue;
-            };
-            let addr = SocketAddr::new(ip, target);
-            // Ready wins over draining when one address shows up in several slices.
-            found
-                .entry(addr)
-                .and_modify(|s| *s = (*s).min(state))
-                .or_insert(state);
-        }
-    }
-    found
-        .into_iter()
-        .map(|(addr, state)| EndpointSpec { addr, state })
-        .collect()
-}
-
-/// Recomputes the endpoints of one pool (the endpoints-only fast path). `None` when the Service
-/// or its port no longer exists (a full rebuild is then needed).
-pub fn cluster_endpoints(world: &World, key: &ClusterKey) -> Option<Vec<EndpointSpec>> {
-    let svc = world
-        .services
-        .get(&(key.namespace.clone(), key.service.clone()))?;
-    let port = svc
-        .spec
-        .as_ref()?
-        .ports
-        .iter()
-        .flatten()
-        .find(|p| p.port == i32::from(key.port))?;
-    Some(resolve_endpoints(world, &key.namespace, svc, port))
 }
 
 /// What an Ingress's annotations ask of the pools its backends use. A pool is shared by every

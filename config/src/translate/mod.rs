@@ -43,7 +43,7 @@ use crate::path::parse_path;
 use crate::snapshot::{Snapshot, SnapshotParts};
 use crate::world::World;
 
-pub use backend::{cluster_endpoints, resolve_endpoints};
+pub use crate::resolve::{check_tls_secret, cluster_endpoints, resolve_endpoints};
 pub use ownership::{HostOwnership, Owners};
 
 /// Default controller name (`spec.controller` of our IngressClass).
@@ -71,6 +71,8 @@ pub struct TranslateOptions {
     pub configmap: Option<ObjectRef>,
     /// Whether the `ssl-passthrough` annotation is acted on (`--enable-ssl-passthrough`).
     pub ssl_passthrough: bool,
+    /// The Gateway API: our controller name and the Gateways' addresses.
+    pub gateway: crate::gateway::GatewayOptions,
 }
 
 impl Default for TranslateOptions {
@@ -84,6 +86,7 @@ impl Default for TranslateOptions {
             host_ownership: HostOwnership::Shared,
             configmap: None,
             ssl_passthrough: false,
+            gateway: crate::gateway::GatewayOptions::default(),
         }
     }
 }
@@ -207,6 +210,15 @@ fn age_key(ing: &Ingress) -> (bool, Option<Time>, ObjectRef) {
 /// Translates the world into a snapshot. Never panics; every problem is reported in
 /// [`Snapshot::problems`] and only the bad piece is dropped (or answers 503).
 pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
+    translate_all(world, opts).0
+}
+
+/// [`translate`], with the status the Gateway API objects are owed (computed from the same
+/// reading of the world as the snapshot).
+pub fn translate_all(
+    world: &World,
+    opts: &TranslateOptions,
+) -> (Snapshot, crate::gateway::status::GatewayStatuses) {
     let mut problems = Problems::default();
     let settings = options::settings(world, opts, &mut problems);
     let mut ours: Vec<&Ingress> = world
@@ -562,19 +574,30 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
     {
         certificates.insert(secret.clone(), pem);
     }
+    let gw = crate::gateway::translate(world, &opts.gateway, &settings);
+    let mut clusters = backends.finish();
+    for c in gw.clusters {
+        clusters.entry(c.key.clone()).or_insert(c);
+    }
+    for (k, v) in gw.certificates {
+        certificates.entry(k).or_insert(v);
+    }
     let mut problems = problems.0;
+    problems.extend(crate::gateway::unreadable_problems(world));
     problems.sort();
     problems.dedup();
-    Snapshot::new(SnapshotParts {
+    let snapshot = Snapshot::new(SnapshotParts {
         virtual_hosts,
         default_backend,
-        clusters: backends.finish(),
+        clusters,
         tls: bindings,
         certificates,
         settings,
         passthrough: passthrough.into_values().collect(),
         problems,
-    })
+        gateway_sockets: gw.sockets,
+    });
+    (snapshot, gw.status)
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::host::{host_matches, parse_rule_host};
@@ -14,8 +13,7 @@ use crate::world::World;
 
 use super::{Owners, Problems, ingress_ref};
 
-/// The Secret type sluice reads certificates from.
-pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+pub use crate::resolve::{TLS_SECRET_TYPE, secret_data};
 
 /// TLS hosts gathered from all our Ingresses.
 pub(super) struct TlsHosts {
@@ -125,20 +123,6 @@ pub(super) fn collect(
         .filter_map(|h| parse_rule_host(h).ok())
         .collect();
     TlsHosts { hosts, matches }
-}
-
-/// A Secret's value under `key`, from `data` or `stringData`.
-pub(super) fn secret_data<'a>(s: &'a Secret, key: &str) -> Option<&'a [u8]> {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.as_slice())
-        .or_else(|| {
-            s.string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|v| v.as_bytes())
-        })
 }
 
 impl TlsHosts {

@@ -62,7 +62,11 @@ pub async fn start(
     timing: Timing,
 ) -> anyhow::Result<Controlling> {
     let running = Running::start(&args.common, DEFAULTS, None).await?;
-    let opts = translate_options(&args.common);
+    let mut opts = translate_options(&args.common);
+    opts.gateway = sluice_config::gateway::GatewayOptions {
+        controller_name: args.gateway_controller_name.clone(),
+        addresses: args.gateway_addresses.0.clone(),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let stores = watch::start(
         &client,

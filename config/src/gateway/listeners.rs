@@ -1,0 +1,390 @@
+//! Gateways and their listeners: which Gateways are ours, the address each gets, and each
+//! listener's conditions (protocol, route kinds, certificates, conflicts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use super::GatewayOptions;
+use super::refs::{From, granted};
+use super::status::Cond;
+use crate::gateway_api::gateways::{GatewayListeners, GatewayListenersTlsMode};
+use crate::gateway_api::{GROUP, Gateway, GatewayClass};
+use crate::gateway_model::hostname::Hostname;
+use crate::model::ObjectRef;
+use crate::world::{Key, World};
+
+/// A listener's protocol, when sluice serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Proto {
+    Http,
+    Https,
+}
+
+/// One listener as translation sees it.
+#[derive(Debug)]
+pub(super) struct ListenerPlan<'w> {
+    pub spec: &'w GatewayListeners,
+    pub hostname: Hostname,
+    pub port: u16,
+    /// `None`: a protocol sluice does not serve.
+    pub proto: Option<Proto>,
+    /// `(group, kind)` it takes.
+    pub kinds: Vec<(String, String)>,
+    pub accepted: Cond,
+    pub conflicted: Option<Cond>,
+    pub resolved: Cond,
+    /// The valid certificate Secrets (HTTPS).
+    pub certs: Vec<ObjectRef>,
+    /// Routes may attach (accepted, not conflicted).
+    pub attachable: bool,
+    /// Serves traffic (attachable, refs resolved, the Gateway has its address).
+    pub programmed: bool,
+    pub attached: i32,
+}
+
+/// One Gateway of ours.
+#[derive(Debug)]
+pub(super) struct GatewayPlan<'w> {
+    pub key: Key,
+    pub obj: &'w Gateway,
+    pub gw_ref: ObjectRef,
+    /// Its own address (`--gateway-addresses`), or `None` for the node's.
+    pub addr: Option<IpAddr>,
+    /// Why it has no address although it needs one: `(reason, message)`.
+    pub address_problem: Option<(&'static str, String)>,
+    pub listeners: Vec<ListenerPlan<'w>>,
+}
+
+/// The GatewayClasses naming our controller.
+pub(super) fn our_classes<'w>(
+    world: &'w World,
+    opts: &GatewayOptions,
+) -> BTreeMap<String, &'w GatewayClass> {
+    world
+        .gateway_classes
+        .iter()
+        .filter(|(_, c)| c.spec.controller_name == opts.controller_name)
+        .map(|((_, name), c)| (name.clone(), c.as_ref()))
+        .collect()
+}
+
+fn age(g: &Gateway) -> (Option<k8s_openapi::jiff::Timestamp>, Key) {
+    (
+        g.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        crate::world::key_of(&g.metadata),
+    )
+}
+
+/// Plans every Gateway whose class is ours, oldest first.
+pub(super) fn plan<'w>(
+    world: &'w World,
+    opts: &GatewayOptions,
+    classes: &BTreeMap<String, &'w GatewayClass>,
+) -> Vec<GatewayPlan<'w>> {
+    let mut ours: Vec<&Gateway> = world
+        .gateways
+        .values()
+        .map(|g| g.as_ref())
+        .filter(|g| classes.contains_key(&g.spec.gateway_class_name))
+        .collect();
+    ours.sort_by_cached_key(|g| age(g));
+    let addresses = assign_addresses(&ours, &opts.addresses);
+    ours.into_iter()
+        .zip(addresses)
+        .map(|(g, (addr, address_problem))| {
+            let key = crate::world::key_of(&g.metadata);
+            let gw_ref = ObjectRef::new("Gateway", key.0.clone(), key.1.clone());
+            let mut listeners: Vec<ListenerPlan<'w>> = g
+                .spec
+                .listeners
+                .iter()
+                .map(|l| listener(world, &key.0, l))
+                .collect();
+            mark_conflicts(&mut listeners);
+            let has_address = address_problem.is_none();
+            for l in &mut listeners {
+                l.attachable = l.accepted.status && l.conflicted.is_none();
+                l.programmed = l.attachable && l.resolved.status && has_address;
+            }
+            GatewayPlan {
+                key,
+                obj: g,
+                gw_ref,
+                addr,
+                address_problem,
+                listeners,
+            }
+        })
+        .collect()
+}
+
+/// A Gateway's address, or why it has none: `(reason, message)`.
+type Assigned = (Option<IpAddr>, Option<(&'static str, String)>);
+
+/// Gives each Gateway (oldest first) an address of the pool: the one its `spec.addresses`
+/// asks for, else the one its status already shows (so an address never moves while its
+/// Gateway lives), else the first free one. Without a pool every Gateway uses the node's.
+fn assign_addresses(
+    gws: &[&Gateway],
+    pool: &[IpAddr],
+) -> Vec<Assigned> {
+    if pool.is_empty() {
+        return gws.iter().map(|_| (None, None)).collect();
+    }
+    let mut taken: BTreeSet<IpAddr> = BTreeSet::new();
+    let mut out: Vec<Assigned> =
+        vec![(None, None); gws.len()];
+    // Requested addresses first, then kept ones, then new ones.
+    for (i, g) in gws.iter().enumerate() {
+        let Some(wanted) = g.spec.addresses.as_deref().filter(|a| !a.is_empty()) else {
+            continue;
+        };
+        let first = &wanted[0];
+        let kind = first.r#type.as_deref().unwrap_or("IPAddress");
+        let parsed = first
+            .value
+            .as_deref()
+            .and_then(|v| v.parse::<IpAddr>().ok());
+        out[i] = match parsed {
+            Some(ip) if kind == "IPAddress" && pool.contains(&ip) && taken.insert(ip) => {
+                (Some(ip), None)
+            }
+            _ => (
+                None,
+                Some((
+                    "AddressNotUsable",
+                    format!(
+                        "spec.addresses[0] {:?} is not a free address of --gateway-addresses",
+                        first.value.as_deref().unwrap_or_default()
+                    ),
+                )),
+            ),
+        };
+    }
+    for (i, g) in gws.iter().enumerate() {
+        if g.spec.addresses.as_deref().is_some_and(|a| !a.is_empty()) {
+            continue;
+        }
+        let kept = g
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_deref())
+            .and_then(|a| a.first())
+            .and_then(|a| a.value.parse::<IpAddr>().ok())
+            .filter(|ip| pool.contains(ip) && !taken.contains(ip));
+        if let Some(ip) = kept {
+            taken.insert(ip);
+            out[i] = (Some(ip), None);
+        }
+    }
+    for (i, g) in gws.iter().enumerate() {
+        if out[i].0.is_some() || g.spec.addresses.as_deref().is_some_and(|a| !a.is_empty()) {
+            continue;
+        }
+        out[i] = match pool.iter().find(|ip| !taken.contains(ip)) {
+            Some(&ip) => {
+                taken.insert(ip);
+                (Some(ip), None)
+            }
+            None => (
+                None,
+                Some((
+                    "AddressNotAssigned",
+                    "every address of --gateway-addresses is in use".to_string(),
+                )),
+            ),
+        };
+    }
+    out
+}
+
+fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPlan<'w> {
+    let hostname = Hostname::parse(l.hostname.as_deref());
+    let port = u16::try_from(l.port).unwrap_or(0);
+    let proto = match l.protocol.as_str() {
+        "HTTP" => Some(Proto::Http),
+        "HTTPS" => Some(Proto::Https),
+        _ => None,
+    };
+    let mut plan = ListenerPlan {
+        spec: l,
+        hostname,
+        port,
+        proto,
+        kinds: Vec::new(),
+        accepted: Cond::ok("Accepted"),
+        conflicted: None,
+        resolved: Cond::ok("ResolvedRefs"),
+        certs: Vec::new(),
+        attachable: false,
+        programmed: false,
+        attached: 0,
+    };
+    if proto.is_none() {
+        plan.accepted = Cond::new(
+            "Accepted",
+            false,
+            "UnsupportedProtocol",
+            format!(
+                "protocol {:?} is not supported (HTTP and HTTPS are)",
+                l.protocol
+            ),
+        );
+        return plan;
+    }
+    if port == 0 {
+        plan.accepted = Cond::new(
+            "Accepted",
+            false,
+            "UnsupportedValue",
+            format!("port {} is out of range", l.port),
+        );
+        return plan;
+    }
+    // Route kinds.
+    match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_deref()) {
+        None | Some([]) => plan
+            .kinds
+            .push((GROUP.to_string(), "HTTPRoute".to_string())),
+        Some(kinds) => {
+            let mut bad = Vec::new();
+            for k in kinds {
+                let group = k.group.as_deref().unwrap_or(GROUP);
+                if group == GROUP && k.kind == "HTTPRoute" {
+                    let entry = (GROUP.to_string(), "HTTPRoute".to_string());
+                    if !plan.kinds.contains(&entry) {
+                        plan.kinds.push(entry);
+                    }
+                } else {
+                    bad.push(format!("{group}/{}", k.kind));
+                }
+            }
+            if !bad.is_empty() {
+                plan.resolved = Cond::new(
+                    "ResolvedRefs",
+                    false,
+                    "InvalidRouteKinds",
+                    format!(
+                        "route kinds {} are not supported (HTTPRoute is)",
+                        bad.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    if proto == Some(Proto::Https) {
+        certificates(world, ns, l, &mut plan);
+    }
+    plan
+}
+
+/// Resolves an HTTPS listener's certificates (Terminate mode only).
+fn certificates(world: &World, ns: &str, l: &GatewayListeners, plan: &mut ListenerPlan<'_>) {
+    let tls = l.tls.as_ref();
+    if tls.and_then(|t| t.mode.as_ref()) == Some(&GatewayListenersTlsMode::Passthrough) {
+        plan.accepted = Cond::new(
+            "Accepted",
+            false,
+            "UnsupportedValue",
+            "tls.mode Passthrough is not supported on an HTTPS listener",
+        );
+        return;
+    }
+    let refs = tls
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    if refs.is_empty() {
+        plan.resolved = Cond::new(
+            "ResolvedRefs",
+            false,
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs",
+        );
+        return;
+    }
+    for r in refs {
+        let group = r.group.as_deref().unwrap_or_default();
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        let target_ns = r.namespace.as_deref().unwrap_or(ns);
+        let fail =
+            |reason: &'static str, msg: String| Cond::new("ResolvedRefs", false, reason, msg);
+        if !group.is_empty() || kind != "Secret" {
+            plan.resolved = fail(
+                "InvalidCertificateRef",
+                format!(
+                    "certificateRef {} is a {kind} of group {group:?}; only core Secrets are supported",
+                    r.name
+                ),
+            );
+            return;
+        }
+        let from = From {
+            group: GROUP,
+            kind: "Gateway",
+            namespace: ns,
+        };
+        if !granted(world, from, "", "Secret", target_ns, &r.name) {
+            plan.resolved = fail(
+                "RefNotPermitted",
+                format!(
+                    "no ReferenceGrant in namespace {target_ns} lets Gateways of {ns} use Secret {}",
+                    r.name
+                ),
+            );
+            return;
+        }
+        let Some(secret) = world.secrets.get(&(target_ns.to_string(), r.name.clone())) else {
+            plan.resolved = fail(
+                "InvalidCertificateRef",
+                format!("Secret {target_ns}/{} not found", r.name),
+            );
+            return;
+        };
+        if let Err(e) = crate::resolve::check_tls_secret(secret) {
+            plan.resolved = fail(
+                "InvalidCertificateRef",
+                format!("Secret {target_ns}/{}: {e}", r.name),
+            );
+            return;
+        }
+        plan.certs
+            .push(ObjectRef::new("Secret", target_ns, r.name.clone()));
+    }
+}
+
+/// Listeners of one Gateway on one port must agree on the protocol, and may not repeat a
+/// hostname; those that do are Conflicted (and take no routes).
+fn mark_conflicts(ls: &mut [ListenerPlan<'_>]) {
+    let n = ls.len();
+    for i in 0..n {
+        if ls[i].proto.is_none() || ls[i].port == 0 {
+            continue;
+        }
+        for j in 0..n {
+            if i == j || ls[j].proto.is_none() || ls[j].port != ls[i].port {
+                continue;
+            }
+            if ls[j].proto != ls[i].proto {
+                ls[i].conflicted = Some(Cond::new(
+                    "Conflicted",
+                    true,
+                    "ProtocolConflict",
+                    format!("port {} is also used with another protocol", ls[i].port),
+                ));
+                break;
+            }
+            if ls[j].hostname == ls[i].hostname {
+                ls[i].conflicted = Some(Cond::new(
+                    "Conflicted",
+                    true,
+                    "HostnameConflict",
+                    format!(
+                        "another listener on port {} has the same hostname",
+                        ls[i].port
+                    ),
+                ));
+                break;
+            }
+        }
+    }
+}

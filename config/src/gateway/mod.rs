@@ -1,0 +1,268 @@
+//! The Gateway API (`gateway.networking.k8s.io`): GatewayClass, Gateway, HTTPRoute and
+//! ReferenceGrant, translated into the same [`crate::Snapshot`] as Ingresses (see
+//! ARCHITECTURE.md §8). Translation is pure: the sockets and rules the data plane serves, the
+//! pools they use, and the status every object is owed, from the world alone.
+
+mod listeners;
+mod refs;
+mod routes;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::gateway_model::{GatewayListener, GatewaySocket, HostRules, hostname};
+use crate::model::{Certificates, ClusterKey, ClusterSpec, ObjectRef, Settings};
+use crate::world::World;
+use listeners::Proto;
+use status::{ClassState, Cond, GatewayState, GatewayStatuses, ListenerState};
+
+/// The `spec.controllerName` of GatewayClasses sluice runs.
+pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
+
+/// The features sluice claims in `GatewayClass.status.supportedFeatures` (names of the
+/// conformance suite's `pkg/features`), sorted as the spec requires: only what translation
+/// and the data plane do, and what the conformance run passes.
+pub const SUPPORTED_FEATURES: &[&str] = &["Gateway", "HTTPRoute", "ReferenceGrant"];
+
+/// What Gateway API translation needs beyond the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayOptions {
+    /// GatewayClasses whose `spec.controllerName` is this are ours.
+    pub controller_name: String,
+    /// `--gateway-addresses`: one per Gateway; empty: Gateways use the node's addresses.
+    pub addresses: Vec<IpAddr>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            controller_name: DEFAULT_GATEWAY_CONTROLLER.to_string(),
+            addresses: Vec::new(),
+        }
+    }
+}
+
+/// What translation of the Gateway API objects gives.
+#[derive(Debug, Default)]
+pub struct GatewayOutput {
+    /// The sockets to listen on, with their rules, sorted by address and port.
+    pub sockets: Vec<GatewaySocket>,
+    /// Pools the rules use (merged into the snapshot's; an Ingress's pool for the same Service
+    /// port is the same pool).
+    pub clusters: Vec<ClusterSpec>,
+    /// Certificates the HTTPS listeners use.
+    pub certificates: Certificates,
+    /// Status of every object of ours.
+    pub status: GatewayStatuses,
+}
+
+/// Translates the Gateway API objects of the world.
+pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> GatewayOutput {
+    let classes = listeners::our_classes(world, opts);
+    let mut plans = listeners::plan(world, opts, &classes);
+    let mut out = GatewayOutput::default();
+    // Routes, oldest first (their order does not change the rules' precedence, which carries
+    // the age, but it keeps the output stable).
+    let mut routes: Vec<_> = world.http_routes.values().collect();
+    routes.sort_by_cached_key(|r| {
+        (
+            r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            crate::world::key_of(&r.metadata),
+        )
+    });
+    // (gateway, listener) → hostname → ranked rules.
+    let mut placed: BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<routes::Ranked>>> =
+        BTreeMap::new();
+    for r in routes {
+        let Some(o) = routes::route(
+            world,
+            &mut plans,
+            r,
+            (&settings.balance, settings.max_in_flight),
+        ) else {
+            continue;
+        };
+        out.status
+            .routes
+            .insert(crate::world::key_of(&r.metadata), o.status);
+        out.clusters.extend(o.clusters);
+        for (gi, li, host) in o.placements {
+            let bucket = placed.entry((gi, li)).or_default().entry(host).or_default();
+            for rule in &o.rules {
+                bucket.push(routes::Ranked {
+                    rank: rule.rank.clone(),
+                    rule: rule.rule.clone(),
+                });
+            }
+        }
+    }
+    out.sockets = sockets(world, &plans, placed, &mut out.certificates);
+    for (name, c) in &classes {
+        out.status.classes.insert(
+            name.clone(),
+            ClassState {
+                generation: c.metadata.generation.unwrap_or_default(),
+                conditions: vec![Cond::ok("Accepted")],
+                features: SUPPORTED_FEATURES.to_vec(),
+            },
+        );
+    }
+    for g in &plans {
+        out.status.gateways.insert(g.key.clone(), gateway_state(g));
+    }
+    out
+}
+
+fn sockets(
+    world: &World,
+    plans: &[listeners::GatewayPlan<'_>],
+    mut placed: BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<routes::Ranked>>>,
+    certs: &mut Certificates,
+) -> Vec<GatewaySocket> {
+    let mut by_key: BTreeMap<(Option<IpAddr>, u16), GatewaySocket> = BTreeMap::new();
+    for (gi, g) in plans.iter().enumerate() {
+        for (li, l) in g.listeners.iter().enumerate() {
+            if !l.programmed {
+                continue;
+            }
+            let mut hosts: Vec<HostRules> = placed
+                .remove(&(gi, li))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(host, mut rules)| {
+                    rules.sort_by(|a, b| a.rank.cmp(&b.rank));
+                    HostRules {
+                        host,
+                        rules: rules.into_iter().map(|r| r.rule).collect(),
+                    }
+                })
+                .collect();
+            hosts.sort_by_key(|h| h.host.specificity());
+            for c in &l.certs {
+                if let Some(s) = world.secrets.get(&(c.namespace.clone(), c.name.clone()))
+                    && let Ok(pem) = crate::resolve::check_tls_secret(s)
+                {
+                    certs.insert(c.clone(), Arc::new(pem));
+                }
+            }
+            let socket = by_key
+                .entry((g.addr, l.port))
+                .or_insert_with(|| GatewaySocket {
+                    addr: g.addr,
+                    port: l.port,
+                    tls: l.proto == Some(Proto::Https),
+                    listeners: Vec::new(),
+                });
+            socket.listeners.push(GatewayListener {
+                gateway: g.gw_ref.clone(),
+                name: l.spec.name.clone(),
+                hostname: l.hostname.clone(),
+                certificates: l.certs.clone(),
+                hosts,
+            });
+        }
+    }
+    let mut out: Vec<GatewaySocket> = by_key.into_values().collect();
+    for s in &mut out {
+        s.listeners.sort_by_key(|l| l.hostname.specificity());
+    }
+    out
+}
+
+fn gateway_state(g: &listeners::GatewayPlan<'_>) -> GatewayState {
+    let valid = g.listeners.iter().filter(|l| l.attachable).count();
+    let all_valid = g
+        .listeners
+        .iter()
+        .all(|l| l.attachable && l.resolved.status);
+    let accepted = match (valid, all_valid) {
+        (_, true) => Cond::ok("Accepted"),
+        (0, false) => Cond::new(
+            "Accepted",
+            false,
+            "ListenersNotValid",
+            "no listener is valid",
+        ),
+        (_, false) => Cond::new(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not valid; the others serve",
+        ),
+    };
+    let programmed = if !accepted.status {
+        Cond::new(
+            "Programmed",
+            false,
+            "Invalid",
+            "the Gateway is not accepted",
+        )
+    } else if let Some((reason, msg)) = &g.address_problem {
+        Cond::new("Programmed", false, reason, msg.clone())
+    } else {
+        Cond::ok("Programmed")
+    };
+    let listeners = g
+        .listeners
+        .iter()
+        .map(|l| {
+            let mut conditions = vec![l.accepted.clone()];
+            conditions.push(
+                l.conflicted
+                    .clone()
+                    .unwrap_or_else(|| Cond::new("Conflicted", false, "NoConflicts", "")),
+            );
+            conditions.push(l.resolved.clone());
+            conditions.push(if l.programmed {
+                Cond::ok("Programmed")
+            } else {
+                Cond::new("Programmed", false, "Invalid", "the listener is not served")
+            });
+            ListenerState {
+                name: l.spec.name.clone(),
+                supported_kinds: if l.proto.is_some() {
+                    l.kinds.clone()
+                } else {
+                    Vec::new()
+                },
+                attached_routes: l.attached,
+                conditions,
+            }
+        })
+        .collect();
+    GatewayState {
+        generation: g.obj.metadata.generation.unwrap_or_default(),
+        addresses: g.addr.map(|a| a.to_string()).into_iter().collect(),
+        conditions: vec![accepted, programmed],
+        listeners,
+    }
+}
+
+/// The pools of a translation, keyed (the first of several equal keys wins).
+pub fn cluster_map(clusters: Vec<ClusterSpec>) -> BTreeMap<ClusterKey, ClusterSpec> {
+    let mut m = BTreeMap::new();
+    for c in clusters {
+        m.entry(c.key.clone()).or_insert(c);
+    }
+    m
+}
+
+/// Reports Gateway API objects the watch could not read.
+pub fn unreadable_problems(world: &World) -> Vec<crate::model::Problem> {
+    world
+        .unreadable
+        .iter()
+        .map(|(o, why): (&ObjectRef, &String)| crate::model::Problem {
+            object: o.clone(),
+            field: String::new(),
+            message: format!("cannot be read by this version of sluice ({why}); it is ignored"),
+            severity: crate::model::Severity::Error,
+            reason: "Unreadable",
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
