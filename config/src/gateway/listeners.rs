@@ -124,16 +124,12 @@ type Assigned = (Option<IpAddr>, Option<(&'static str, String)>);
 /// Gives each Gateway (oldest first) an address of the pool: the one its `spec.addresses`
 /// asks for, else the one its status already shows (so an address never moves while its
 /// Gateway lives), else the first free one. Without a pool every Gateway uses the node's.
-fn assign_addresses(
-    gws: &[&Gateway],
-    pool: &[IpAddr],
-) -> Vec<Assigned> {
+fn assign_addresses(gws: &[&Gateway], pool: &[IpAddr]) -> Vec<Assigned> {
     if pool.is_empty() {
         return gws.iter().map(|_| (None, None)).collect();
     }
     let mut taken: BTreeSet<IpAddr> = BTreeSet::new();
-    let mut out: Vec<Assigned> =
-        vec![(None, None); gws.len()];
+    let mut out: Vec<Assigned> = vec![(None, None); gws.len()];
     // Requested addresses first, then kept ones, then new ones.
     for (i, g) in gws.iter().enumerate() {
         let Some(wanted) = g.spec.addresses.as_deref().filter(|a| !a.is_empty()) else {
