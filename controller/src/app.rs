@@ -202,6 +202,14 @@ impl Running {
         if http_addr.is_none() && https_addr.is_none() {
             bail!("both --http-listen and --https-listen are off: nothing to serve");
         }
+        // The Gateway API's sockets, opened and closed as snapshots ask.
+        tokio::spawn(sluice_proxy::server::gateway::run(
+            server.gateway_handle(),
+            TlsOptions {
+                http2: c.http2,
+                session_resumption: c.tls_session_resumption,
+            },
+        ));
         let shown = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
         tracing::info!(http = %shown(http_addr), https = %shown(https_addr), admin = %admin_addr, "listening");
         Ok(Self {

@@ -58,6 +58,34 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["get", "list"]),
     ("", "events", &["create", "patch"]),
     ("events.k8s.io", "events", &["create", "patch"]),
+    (
+        "gateway.networking.k8s.io",
+        "gatewayclasses",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "gateways",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "httproutes",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "referencegrants",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "gatewayclasses/status",
+        &["patch"],
+    ),
+    ("gateway.networking.k8s.io", "gateways/status", &["patch"]),
+    ("gateway.networking.k8s.io", "httproutes/status", &["patch"]),
+    ("", "namespaces", &["get", "list", "watch"]),
 ];
 
 /// API calls the controller makes in its own namespace only (leader election).
@@ -80,7 +108,14 @@ const WRITE_VERBS: &[&str] = &[
 ];
 
 /// The only resources the controller may write.
-const WRITABLE_RESOURCES: &[&str] = &["ingresses/status", "events", "leases"];
+const WRITABLE_RESOURCES: &[&str] = &[
+    "ingresses/status",
+    "events",
+    "leases",
+    "gatewayclasses/status",
+    "gateways/status",
+    "httproutes/status",
+];
 
 const ADMIN_PORT: i32 = 10254;
 const IMAGE_REPOSITORY: &str = "ghcr.io/sluice-dev/sluice";

@@ -60,14 +60,25 @@ impl GatewayListener {
         host: Option<&str>,
         req: &RequestFacts<'_>,
     ) -> Option<&'a GatewayRule> {
+        let (h, r) = self.find_index(host, req)?;
+        self.hosts.get(h)?.rules.get(r)
+    }
+
+    /// [`Self::find`] as indices: `(host bucket, rule)`.
+    pub fn find_index(&self, host: Option<&str>, req: &RequestFacts<'_>) -> Option<(usize, usize)> {
         self.hosts
             .iter()
-            .filter(|h| match host {
+            .enumerate()
+            .filter(|(_, h)| match host {
                 Some(name) => h.host.matches(name),
                 None => h.host == Hostname::Any,
             })
-            .flat_map(|h| h.rules.iter())
-            .find(|r| r.matches(req))
+            .find_map(|(hi, h)| {
+                h.rules
+                    .iter()
+                    .position(|r| r.matches(req))
+                    .map(|ri| (hi, ri))
+            })
     }
 }
 

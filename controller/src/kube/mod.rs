@@ -2,6 +2,8 @@
 //! data plane as `serve`; the elected leader writes Ingress status and Events. All replicas serve.
 
 pub mod events;
+pub mod gateway_status;
+pub mod gateway_watch;
 pub mod leader;
 pub mod rebuild;
 pub mod status;
@@ -68,6 +70,17 @@ pub async fn start(
         addresses: args.gateway_addresses.0.clone(),
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    let gateway_api = gateway_watch::served(&client).await;
+    if gateway_api {
+        tracing::info!(
+            "the API server serves the Gateway API: watching GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants"
+        );
+        gateway_watch::start(&client, args.common.watch_namespace.as_deref(), &tx);
+    } else {
+        tracing::info!(
+            "the API server does not serve the Gateway API (its CRDs are not installed): Ingresses only; restart sluice after installing them"
+        );
+    }
     let stores = watch::start(
         &client,
         args.common.watch_namespace.as_deref(),
@@ -76,7 +89,8 @@ pub async fn start(
     );
     let (published_tx, published) = wch::channel(Published::default());
     let (changed_tx, changed) = wch::channel(0u64);
-    let rebuilder = Rebuilder::new(opts.clone(), running.dp.clone(), published_tx, changed_tx);
+    let rebuilder = Rebuilder::new(opts.clone(), running.dp.clone(), published_tx, changed_tx)
+        .with_gateway_api(gateway_api);
     let mut tasks = vec![tokio::spawn(rebuild::run(rebuilder, rx))];
 
     let (leader_tx, leader) = wch::channel(false);
@@ -114,6 +128,13 @@ pub async fn start(
         changed,
         Duration::from_secs(60),
     )));
+    if gateway_api {
+        tasks.push(tokio::spawn(gateway_status::run(
+            client.clone(),
+            published.clone(),
+            leader.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(report_problems(
         client,
         published.clone(),

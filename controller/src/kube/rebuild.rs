@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_config::translate::cluster_endpoints;
+use sluice_config::translate::translate_all;
 use sluice_config::world::{Key, key_of};
-use sluice_config::{ClusterKey, Problem, Snapshot, TranslateOptions, World, translate};
+use sluice_config::{ClusterKey, Problem, Snapshot, TranslateOptions, World};
 use sluice_proxy::{ApplyOutcome, DataPlane};
 use tokio::sync::{mpsc, watch};
 // tokio's clock, so that a paused test runtime drives the quiet time and the maximum delay.
@@ -29,6 +30,8 @@ pub struct Published {
     pub applies: u64,
     /// Problems of the last snapshot.
     pub problems: Vec<Problem>,
+    /// The status the Gateway API objects are owed, as of the last rebuild.
+    pub gateway: Arc<super::gateway_status::Desired>,
 }
 
 /// State of the loop.
@@ -71,7 +74,7 @@ impl Rebuilder {
     ) -> Self {
         Self {
             world: World::new(),
-            kinds: kinds(opts.configmap.is_some()),
+            kinds: kinds(opts.configmap.is_some(), false),
             opts,
             dp,
             listing: HashMap::new(),
@@ -84,6 +87,12 @@ impl Rebuilder {
             ingress_changed,
             referenced_config_maps: HashSet::new(),
         }
+    }
+
+    /// Waits for the Gateway API's kinds too (when the API server serves them).
+    pub fn with_gateway_api(mut self, on: bool) -> Self {
+        self.kinds = kinds(self.opts.configmap.is_some(), on);
+        self
     }
 
     /// The controller ConfigMap's key, when `--configmap` names one: its own watch (by name)
@@ -127,6 +136,14 @@ impl Rebuilder {
                     self.world.put_config_map(x);
                 }
             }
+            Obj::Gw(x) => {
+                super::gateway_watch::put(&mut self.world, x);
+            }
+            Obj::Namespace(x) => {
+                self.world
+                    .namespaces
+                    .insert(super::gateway_watch::namespace_key(&x), x);
+            }
         }
     }
 
@@ -159,6 +176,11 @@ impl Rebuilder {
                             .config_maps
                             .retain(|k, _| Some(k) == own.as_ref());
                     }
+                    KindId::GatewayClass
+                    | KindId::Gateway
+                    | KindId::HttpRoute
+                    | KindId::ReferenceGrant
+                    | KindId::Namespace => super::gateway_watch::clear(&mut self.world, kind),
                 }
                 for o in objs {
                     self.put(o);
@@ -206,6 +228,12 @@ impl Rebuilder {
                     self.mark_dirty(seen);
                 }
             }
+            Change::Apply(Obj::Gw(o)) => {
+                // Status-only updates (our own writes included) never cause a rebuild.
+                if super::gateway_watch::put(&mut self.world, o) {
+                    self.mark_dirty(seen);
+                }
+            }
             Change::Apply(o) => {
                 self.put(o);
                 self.mark_dirty(seen);
@@ -235,6 +263,12 @@ impl Rebuilder {
                     }
                     // Handled above.
                     Obj::AnyConfigMap(_) => {}
+                    Obj::Gw(x) => super::gateway_watch::delete(&mut self.world, x),
+                    Obj::Namespace(x) => {
+                        self.world
+                            .namespaces
+                            .remove(&super::gateway_watch::namespace_key(x));
+                    }
                 }
                 self.mark_dirty(seen);
             }
@@ -272,7 +306,8 @@ impl Rebuilder {
     /// Translates the whole world and applies it.
     pub fn rebuild(&mut self) -> Arc<Snapshot> {
         let started = std::time::Instant::now();
-        let snapshot = translate(&self.world, &self.opts);
+        let (snapshot, gateway) = translate_all(&self.world, &self.opts);
+        let gateway = super::gateway_status::Desired::new(gateway, &self.world, &self.opts);
         let translate_time = started.elapsed();
         let mut by_service: HashMap<Key, Vec<ClusterKey>> = HashMap::new();
         // A `service-upstream` pool's one endpoint is the ClusterIP: slices never change it.
@@ -322,6 +357,7 @@ impl Rebuilder {
         self.published.send_modify(|p| {
             p.applies += 1;
             p.problems = problems;
+            p.gateway = Arc::new(gateway);
         });
         self.dp.current().unwrap_or_default()
     }
@@ -341,6 +377,8 @@ fn kind_of(o: &Obj) -> KindId {
         Obj::Secret(_) => KindId::Secret,
         Obj::ConfigMap(_) => KindId::ConfigMap,
         Obj::AnyConfigMap(_) => KindId::AnyConfigMap,
+        Obj::Gw(g) => g.kind(),
+        Obj::Namespace(_) => KindId::Namespace,
     }
 }
 
@@ -467,16 +505,13 @@ mod tests {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(run(r, rx));
             let h = Self { tx, dp, published };
-            for kind in kinds(false) {
+            for kind in kinds(false, false) {
                 h.send(Change::Init(kind));
                 let objs = match kind {
                     KindId::Ingress => vec![ingress()],
                     KindId::Service => vec![service("svc")],
                     KindId::EndpointSlice => vec![slice("svc", &["10.0.0.1"])],
-                    KindId::IngressClass
-                    | KindId::Secret
-                    | KindId::ConfigMap
-                    | KindId::AnyConfigMap => vec![],
+                    _ => vec![],
                 };
                 for o in objs {
                     h.send(Change::InitApply(o));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::{self, Store};
@@ -41,6 +41,16 @@ pub enum KindId {
     ConfigMap,
     /// Every other ConfigMap in the watched namespaces: `custom-headers` may name any.
     AnyConfigMap,
+    /// GatewayClass (with the Gateway API).
+    GatewayClass,
+    /// Gateway (with the Gateway API).
+    Gateway,
+    /// HTTPRoute (with the Gateway API).
+    HttpRoute,
+    /// ReferenceGrant (with the Gateway API).
+    ReferenceGrant,
+    /// Namespace (with the Gateway API: `allowedRoutes` selectors read their labels).
+    Namespace,
 }
 
 /// The kinds always watched, for readiness bookkeeping (the ConfigMap is added with
@@ -71,6 +81,10 @@ pub enum Obj {
     ConfigMap(Arc<ConfigMap>),
     /// Any ConfigMap (see [`KindId::AnyConfigMap`]), trimmed by [`trim_config_map`].
     AnyConfigMap(Arc<ConfigMap>),
+    /// A Gateway API object.
+    Gw(super::gateway_watch::GwObj),
+    /// A Namespace (labels only).
+    Namespace(Arc<Namespace>),
 }
 
 /// Most data a watched ConfigMap keeps: a set of response fields is a few KiB; a ConfigMap
@@ -100,14 +114,36 @@ pub fn trim_config_map(o: &mut ConfigMap) {
     }
 }
 
-/// The kinds whose initial list the first snapshot waits for.
-pub fn kinds(configmap: bool) -> Vec<KindId> {
+/// The kinds whose initial list the first snapshot waits for: the Gateway API's too when
+/// the API server serves it.
+pub fn kinds(configmap: bool, gateway_api: bool) -> Vec<KindId> {
     // `ALL_KINDS` includes `AnyConfigMap`: Ingresses may name a ConfigMap (`custom-headers`).
     let mut k = ALL_KINDS.to_vec();
     if configmap {
         k.push(KindId::ConfigMap);
     }
+    if gateway_api {
+        k.extend(super::gateway_watch::GATEWAY_KINDS);
+    }
     k
+}
+
+/// What a Namespace keeps: its name and labels.
+fn trim_namespace(n: &mut Namespace) {
+    n.spec = None;
+    n.status = None;
+    n.metadata.annotations = None;
+}
+
+/// Watches Namespaces (for `allowedRoutes` selectors).
+pub fn spawn_namespaces(client: &Client, tx: mpsc::UnboundedSender<Seen>) {
+    spawn_kind::<Namespace>(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        KindId::Namespace,
+        (Obj::Namespace, trim_namespace),
+        tx,
+    );
 }
 
 /// What a watcher reported.

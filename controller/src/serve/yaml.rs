@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_config::World;
+use sluice_config::gateway_api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 
 /// One object sluice reads, shared: a file's cache and every world built from it hold the
 /// same object.
@@ -34,6 +35,14 @@ pub enum Object {
     Secret(Arc<Secret>),
     /// v1 ConfigMap (the controller ConfigMap, `--configmap`).
     ConfigMap(Arc<ConfigMap>),
+    /// gateway.networking.k8s.io GatewayClass.
+    GatewayClass(Arc<GatewayClass>),
+    /// gateway.networking.k8s.io Gateway.
+    Gateway(Arc<Gateway>),
+    /// gateway.networking.k8s.io HTTPRoute.
+    HttpRoute(Arc<HTTPRoute>),
+    /// gateway.networking.k8s.io ReferenceGrant.
+    ReferenceGrant(Arc<ReferenceGrant>),
 }
 
 /// A document that could not be used.
@@ -155,6 +164,19 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, true, Object::EndpointSlice),
         ("v1", "Secret") => wrap(typed(v)?, true, Object::Secret),
         ("v1", "ConfigMap") => wrap(typed(v)?, true, Object::ConfigMap),
+        ("gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1", "GatewayClass") => {
+            wrap(typed(v)?, false, Object::GatewayClass)
+        }
+        ("gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1", "Gateway") => {
+            wrap(typed(v)?, true, Object::Gateway)
+        }
+        ("gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1", "HTTPRoute") => {
+            wrap(typed(v)?, true, Object::HttpRoute)
+        }
+        (
+            "gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1",
+            "ReferenceGrant",
+        ) => wrap(typed(v)?, true, Object::ReferenceGrant),
         (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret" | "ConfigMap") => {
             Err((
                 "apiVersion".into(),
@@ -208,6 +230,22 @@ impl Object {
             }
             Object::Secret(x) => w.put_secret(x),
             Object::ConfigMap(x) => w.put_config_map(x),
+            Object::GatewayClass(x) => {
+                let name = x.metadata.name.clone().unwrap_or_default();
+                w.gateway_classes.insert((String::new(), name), x);
+            }
+            Object::Gateway(x) => {
+                w.gateways
+                    .insert(sluice_config::world::key_of(&x.metadata), x);
+            }
+            Object::HttpRoute(x) => {
+                w.http_routes
+                    .insert(sluice_config::world::key_of(&x.metadata), x);
+            }
+            Object::ReferenceGrant(x) => {
+                w.reference_grants
+                    .insert(sluice_config::world::key_of(&x.metadata), x);
+            }
         }
     }
 }
@@ -221,6 +259,10 @@ fn describe(o: &Object) -> String {
         Object::EndpointSlice(x) => ("EndpointSlice", &x.metadata),
         Object::Secret(x) => ("Secret", &x.metadata),
         Object::ConfigMap(x) => ("ConfigMap", &x.metadata),
+        Object::GatewayClass(x) => ("GatewayClass", &x.metadata),
+        Object::Gateway(x) => ("Gateway", &x.metadata),
+        Object::HttpRoute(x) => ("HTTPRoute", &x.metadata),
+        Object::ReferenceGrant(x) => ("ReferenceGrant", &x.metadata),
     };
     let name = meta.name.as_deref().unwrap_or_default();
     match meta.namespace.as_deref() {

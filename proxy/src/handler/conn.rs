@@ -34,6 +34,9 @@ pub struct ConnInfo {
     /// The server name of the TLS handshake (lower case), when one was read: a route that
     /// asks for client certificates is refused (421) to requests naming another host.
     pub sni: Option<Arc<str>>,
+    /// The connection came in on a Gateway's socket: its requests are routed by the
+    /// Gateway API's rules for that socket, never by the Ingress routes.
+    pub gateway: bool,
 }
 
 /// A client connection's place under `--max-connections`, shared by whatever serves it: the
@@ -107,7 +110,15 @@ impl ConnInfo {
             slot: None,
             client_cert: None,
             sni: None,
+            gateway: false,
         }
+    }
+
+    /// The same facts for a connection on a Gateway's socket.
+    #[must_use]
+    pub fn on_gateway(mut self, gateway: bool) -> Self {
+        self.gateway = gateway;
+        self
     }
 
     /// The same facts with what the TLS handshake told: the server name and the certificate

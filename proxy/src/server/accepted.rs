@@ -133,6 +133,7 @@ fn conn_info(
             ctx.tls.is_some(),
             ctx.dp.settings.trusts(client.ip()),
         )
+        .on_gateway(ctx.gateway)
         .with_slot(slot),
     )
 }

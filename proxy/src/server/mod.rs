@@ -6,6 +6,7 @@ mod accepted;
 pub mod close_idle;
 mod ending;
 pub mod fastpath;
+pub mod gateway;
 pub mod listener;
 pub mod passthrough;
 pub mod proxy_protocol;
@@ -141,6 +142,7 @@ impl Server {
             close_idle: Arc::clone(&self.close_idle),
             deadline: self.deadline.subscribe(),
             tunnels: Arc::clone(&self.tunnels),
+            gateway: false,
         };
         let stop = self.stop.subscribe();
         if self.loops.is_empty() {
@@ -150,8 +152,34 @@ impl Server {
                 self.stop.subscribe(),
             ));
         }
-        self.loops.spawn(accept_loop(listener, ctx, stop));
+        self.loops.spawn(accept_loop(listener, ctx, stop, None));
         self.dp.set_listening();
+    }
+
+    /// A handle that serves Gateway sockets while the server runs (see [`gateway::Sockets`]):
+    /// their accept loops share this server's connection cap and drain, and end at its stop.
+    pub fn gateway_handle(&self) -> GatewayServe {
+        GatewayServe {
+            ctx: AcceptCtx {
+                dp: Arc::clone(&self.dp),
+                opts: ServerOptions {
+                    fast_path: false,
+                    ssl_passthrough: false,
+                    ..self.opts.clone()
+                },
+                graceful: Arc::clone(&self.graceful),
+                limit: Arc::clone(&self.limit),
+                tls: None,
+                client_auth: Arc::default(),
+                policed: Arc::default(),
+                builder: Arc::new(builder(&self.opts)),
+                close_idle: Arc::clone(&self.close_idle),
+                deadline: self.deadline.subscribe(),
+                tunnels: Arc::clone(&self.tunnels),
+                gateway: true,
+            },
+            stop: self.stop.subscribe(),
+        }
     }
 
     /// Stops accepting, asks every connection to finish, and waits up to `deadline` for them.
@@ -228,6 +256,8 @@ struct AcceptCtx {
     close_idle: Arc<CloseIdle>,
     deadline: watch::Receiver<bool>,
     tunnels: Arc<AtomicUsize>,
+    /// A Gateway's socket: routed by the Gateway API's rules, on hyper only.
+    gateway: bool,
 }
 
 fn builder(opts: &ServerOptions) -> auto::Builder<ConnExec> {
@@ -243,7 +273,62 @@ fn builder(opts: &ServerOptions) -> auto::Builder<ConnExec> {
     if opts.http2 { b } else { b.http1_only() }
 }
 
-async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Receiver<bool>) {
+/// Serves Gateway sockets for a [`Server`] (cloned into the task that opens and closes them).
+#[derive(Clone)]
+pub struct GatewayServe {
+    ctx: AcceptCtx,
+    stop: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for GatewayServe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayServe").finish_non_exhaustive()
+    }
+}
+
+impl GatewayServe {
+    /// Serves a bound Gateway socket until `close` turns true or the server stops; a closed
+    /// socket stops accepting and its connections drain as they would at a shutdown's start.
+    pub fn serve(
+        &self,
+        listener: TcpListener,
+        tls: Option<TlsAcceptor>,
+        close: watch::Receiver<bool>,
+    ) {
+        let ctx = AcceptCtx {
+            tls,
+            ..self.ctx.clone()
+        };
+        tokio::spawn(accept_loop(listener, ctx, self.stop.clone(), Some(close)));
+    }
+
+    /// The data plane it serves.
+    pub fn dataplane(&self) -> &Arc<DataPlane> {
+        &self.ctx.dp
+    }
+
+    /// Whether the server has stopped (no socket may open any more).
+    pub fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+/// Resolves when `close` turns true (never without one).
+async fn closed(close: &mut Option<watch::Receiver<bool>>) {
+    match close {
+        Some(c) => {
+            let _ = c.wait_for(|v| *v).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    ctx: AcceptCtx,
+    mut stop: watch::Receiver<bool>,
+    mut close: Option<watch::Receiver<bool>>,
+) {
     let local = listener.local_addr().ok();
     loop {
         // Accept, then wait for a slot before serving: while every slot is taken, this loop
@@ -253,10 +338,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = stop.changed() => return,
+            _ = closed(&mut close) => return,
         };
         let permit = tokio::select! {
             p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stop.changed() => return,
+            _ = closed(&mut close) => return,
         };
         let (stream, remote) = match accepted {
             Ok(a) => a,
@@ -286,7 +373,8 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, mut stop: watch::Rec
             tunnels: Arc::clone(&ctx.tunnels),
             fast_path: ctx.opts.fast_path,
             ssl_passthrough: ctx.opts.ssl_passthrough,
-            fresh: Fresh::read(&ctx.dp, ctx.opts.ssl_passthrough),
+            fresh: Fresh::read(&ctx.dp, ctx.opts.ssl_passthrough, ctx.gateway),
+            gateway: ctx.gateway,
         };
         // The ConfigMap's use-proxy-protocol, else --proxy-protocol: read per connection, so a
         // change applies to the next one.
@@ -328,6 +416,7 @@ struct ConnCtx {
     fast_path: bool,
     ssl_passthrough: bool,
     fresh: Fresh,
+    gateway: bool,
 }
 
 /// What the route table says about a connection when it is accepted, read with one load of
@@ -347,12 +436,14 @@ struct Fresh {
 }
 
 impl Fresh {
-    fn read(dp: &DataPlane, ssl_passthrough: bool) -> Self {
+    fn read(dp: &DataPlane, ssl_passthrough: bool, gateway: bool) -> Self {
         let table = dp.routes();
         let s = table.snapshot().settings();
         Self {
             proxy_protocol: s.proxy_protocol,
-            peek: (ssl_passthrough && table.has_passthrough()) || table.has_client_auth(),
+            // A Gateway socket's handshakes owe nothing to the Ingress hosts' rules.
+            peek: !gateway
+                && ((ssl_passthrough && table.has_passthrough()) || table.has_client_auth()),
             server_tls: s.server_tls.clone(),
             keep_alive: s.keep_alive,
             keep_alive_requests: s.keep_alive_requests,

@@ -55,10 +55,19 @@ pub fn server_config(
     store: Arc<ArcSwap<CertStore>>,
     opts: &TlsOptions,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
+    config_with(Arc::new(SniResolver { store }), opts)
+}
+
+/// The listeners' server config around a certificate resolver (a Gateway socket has its own:
+/// its listeners' certificates).
+pub fn config_with(
+    resolver: Arc<dyn ResolvesServerCert>,
+    opts: &TlsOptions,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
     let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&version::TLS13, &version::TLS12])?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SniResolver { store }));
+        .with_cert_resolver(resolver);
     cfg.alpn_protocols = if opts.http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {

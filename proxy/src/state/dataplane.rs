@@ -72,6 +72,18 @@ pub struct DataPlane {
     generation: AtomicU64,
     last_apply_unix_ms: AtomicU64,
     https_port: AtomicU16,
+    /// The Gateway sockets the applied snapshot asks for (`server::gateway` opens and closes
+    /// them).
+    gateway_sockets: tokio::sync::watch::Sender<Vec<GatewayBind>>,
+}
+
+/// A socket a Gateway listens on: where, and whether TLS is terminated on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GatewayBind {
+    /// Address (`None`: every address) and port.
+    pub key: crate::state::routes::gateway::SocketKey,
+    /// HTTPS.
+    pub tls: bool,
 }
 
 fn unix_ms() -> u64 {
@@ -121,6 +133,7 @@ impl DataPlane {
             generation: AtomicU64::new(0),
             last_apply_unix_ms: AtomicU64::new(0),
             https_port: AtomicU16::new(settings_https_port),
+            gateway_sockets: tokio::sync::watch::channel(Vec::new()).0,
         }))
     }
 
@@ -217,6 +230,21 @@ impl DataPlane {
             &previous,
         );
         self.routes.store(Arc::new(table));
+        let binds: Vec<GatewayBind> = snapshot
+            .gateway_sockets()
+            .iter()
+            .map(|s| GatewayBind {
+                key: (s.addr, s.port),
+                tls: s.tls,
+            })
+            .collect();
+        self.gateway_sockets.send_if_modified(|b| {
+            let changed = *b != binds;
+            if changed {
+                *b = binds;
+            }
+            changed
+        });
         control.clusters = next;
         control.current = Some(snapshot);
         control.tls_problems = tls_problems;
@@ -238,6 +266,11 @@ impl DataPlane {
             clusters_removed: removed,
             endpoint_swaps: swaps,
         }
+    }
+
+    /// The Gateway sockets the current snapshot asks for, as they change.
+    pub fn gateway_sockets(&self) -> tokio::sync::watch::Receiver<Vec<GatewayBind>> {
+        self.gateway_sockets.subscribe()
     }
 
     /// The endpoints-only fast path: swaps one pool's endpoint set without touching routes.

@@ -1,5 +1,7 @@
 //! The request handler: route → redirect or forward → response, with the standard proxy headers.
 
+mod gateway;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -175,6 +177,11 @@ pub(crate) fn handle_in(
         if !raw_host.is_empty() && !valid_request_host(raw_host) {
             return respond_local(dp, Local::InvalidHost, req.version());
         }
+        if conn.gateway {
+            // Boxed: only Gateway sockets take it, and unboxed it would size every request's
+            // future.
+            return Box::pin(gateway::serve(table, dp, conn, req, started)).await;
+        }
         // In a block: the host buffer is not kept across the await below. Routed, and so
         // checked, on the path's route view (encoded separators read, `;` parameters dropped).
         let found = {
@@ -211,7 +218,11 @@ pub(crate) fn handle_in(
 }
 
 /// A local answer before any route was chosen, with the response rules every answer gets.
-fn respond_local(dp: &DataPlane, local: Local<'_>, version: Version) -> Response<RespBody> {
+pub(crate) fn respond_local(
+    dp: &DataPlane,
+    local: Local<'_>,
+    version: Version,
+) -> Response<RespBody> {
     let mut r = local.response();
     ResponseRules::unrouted(dp, version <= Version::HTTP_11).apply(r.headers_mut());
     r
@@ -239,7 +250,7 @@ pub(crate) fn finish(
 
 /// The host a request names: its target's authority (absolute-form, HTTP/2 `:authority`),
 /// else its `Host` field.
-fn request_host<B>(req: &Request<B>) -> Option<&str> {
+pub(crate) fn request_host<B>(req: &Request<B>) -> Option<&str> {
     req.uri().authority().map(|a| a.as_str()).or_else(|| {
         req.headers()
             .get(header::HOST)
@@ -291,7 +302,7 @@ fn edits_answer<B>(edits: &Edits, conn: &ConnInfo, req: &Request<B>) -> Option<R
     clippy::manual_async_fn,
     reason = "an async fn keeps its arguments twice in its future; an async block once"
 )]
-fn route(
+pub(crate) fn route(
     table: &RouteTable,
     dp: &DataPlane,
     conn: &ConnInfo,

@@ -2,6 +2,8 @@
 //! needs at request time (the `Arc<Cluster>`, redirect/HSTS flags, metric handles). One
 //! `ArcSwap<RouteTable>` holds it; a request loads it once.
 
+pub mod gateway;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -113,13 +115,15 @@ pub struct RouteTable {
     pub generation: u64,
     /// The controller ConfigMap's `block-cidrs`: clients refused on every request.
     blocked: Vec<sluice_config::cidr::Cidr>,
+    /// The Gateway API's sockets and rules.
+    gateway: gateway::GatewayTable,
 }
 
 /// Limiters by Ingress and settings.
 type Limiters = HashMap<(ObjectRef, RateLimits), Arc<Limiter>>;
 
 /// What compiling a table reads besides the snapshot.
-struct Compiling<'a> {
+pub(super) struct Compiler<'a> {
     clusters: &'a HashMap<ClusterKey, Arc<Cluster>>,
     metrics: &'a Metrics,
     previous: &'a Limiters,
@@ -130,7 +134,13 @@ struct Compiling<'a> {
     underscores: bool,
 }
 
-impl Compiling<'_> {
+impl Compiler<'_> {
+    /// The action of a route, as an Ingress route's is compiled (the Gateway API's backends
+    /// take the same one).
+    pub(super) fn action(&mut self, r: &Route) -> Action {
+        compile_action(r, &r.action, &r.source, self)
+    }
+
     /// The compiled client-certificate rules for `c`, built once per distinct setting.
     fn client_auth(&mut self, c: &ClientCertAuth) -> Result<Arc<ClientAuth>, String> {
         if let Some(a) = self.client_auths.get(c) {
@@ -198,7 +208,7 @@ pub struct DirectClient {
     pub addr: std::net::IpAddr,
 }
 
-fn compile_route(r: &Route, vhost: Option<u32>, cx: &mut Compiling<'_>) -> Action {
+fn compile_route(r: &Route, vhost: Option<u32>, cx: &mut Compiler<'_>) -> Action {
     let mut action = compile_action(r, &r.action, &r.source, cx);
     action.vhost = vhost;
     // A canary takes the main route's options (ingress-nginx ignores a canary Ingress's other
@@ -219,7 +229,7 @@ fn compile_action(
     r: &Route,
     route_action: &RouteAction,
     source: &ObjectRef,
-    cx: &mut Compiling<'_>,
+    cx: &mut Compiler<'_>,
 ) -> Action {
     let clusters = cx.clusters;
     let metrics = cx.metrics;
@@ -325,6 +335,7 @@ impl RouteTable {
             limiters: Limiters::new(),
             generation: 0,
             blocked: Vec::new(),
+            gateway: gateway::GatewayTable::default(),
         }
     }
 
@@ -337,7 +348,7 @@ impl RouteTable {
         generation: u64,
         previous: &RouteTable,
     ) -> Self {
-        let mut cx = Compiling {
+        let mut cx = Compiler {
             clusters,
             metrics,
             previous: &previous.limiters,
@@ -387,6 +398,7 @@ impl RouteTable {
             }
         }
         let blocked = snapshot.settings().block_cidrs.clone();
+        let gateway = gateway::GatewayTable::compile(&snapshot, &mut cx);
         Self {
             snapshot,
             actions,
@@ -396,7 +408,13 @@ impl RouteTable {
             limiters: cx.limiters,
             generation,
             blocked,
+            gateway,
         }
+    }
+
+    /// The Gateway API's sockets and rules.
+    pub fn gateway(&self) -> &gateway::GatewayTable {
+        &self.gateway
     }
 
     /// The one rule for the direct path: the pool a body-less HTTP/1.1 request routed to

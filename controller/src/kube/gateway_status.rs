@@ -1,0 +1,251 @@
+//! Gateway API status (leader only): GatewayClasses, Gateways and HTTPRoutes get the status
+//! translation computed for them (`sluice_config::gateway::status`), with `observedGeneration`
+//! on every condition and `lastTransitionTime` kept while a condition's status stays.
+//!
+//! The writer remembers what it last wrote per object and writes only what differs, so its own
+//! writes (whose MODIFIED events change no spec and cause no rebuild) end there. A new leader
+//! forgets and writes everything once. An HTTPRoute's entries for other controllers' parents
+//! are written back as they were.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use sluice_config::TranslateOptions;
+use sluice_config::gateway::status::{Cond, GatewayStatuses};
+use sluice_config::gateway_api::{Gateway, GatewayClass, HTTPRoute};
+use sluice_config::world::{Key, World};
+use tokio::sync::watch;
+
+use super::rebuild::Published;
+
+/// What the leader should write, as of the last rebuild.
+#[derive(Debug, Default)]
+pub struct Desired {
+    /// Computed by translation.
+    pub statuses: GatewayStatuses,
+    /// Our `controllerName` (route parent entries carry it).
+    pub controller: String,
+    /// Per route, the parent entries other controllers wrote, kept as they are.
+    pub others: BTreeMap<Key, Vec<Value>>,
+}
+
+impl Desired {
+    /// Takes translation's status and the world it read.
+    pub fn new(statuses: GatewayStatuses, world: &World, opts: &TranslateOptions) -> Self {
+        let controller = opts.gateway.controller_name.clone();
+        let others = statuses
+            .routes
+            .keys()
+            .filter_map(|k| {
+                let r = world.http_routes.get(k)?;
+                let theirs: Vec<Value> = r
+                    .status
+                    .as_ref()?
+                    .parents
+                    .iter()
+                    .filter(|p| p.controller_name != controller)
+                    .filter_map(|p| serde_json::to_value(p).ok())
+                    .collect();
+                Some((k.clone(), theirs))
+            })
+            .collect();
+        Self {
+            statuses,
+            controller,
+            others,
+        }
+    }
+}
+
+/// Which object a write is for.
+type Target = (&'static str, Key);
+
+/// The last write per object: its body, and each condition's status and transition time by
+/// the path of the condition list and its type.
+#[derive(Debug, Default)]
+struct Memory {
+    bodies: HashMap<Target, Value>,
+    times: HashMap<(Target, String, &'static str), (bool, String)>,
+}
+
+impl Memory {
+    fn conditions(
+        &mut self,
+        t: &Target,
+        list: &str,
+        conds: &[Cond],
+        generation: i64,
+        now: &str,
+    ) -> Value {
+        Value::Array(
+            conds
+                .iter()
+                .map(|c| {
+                    let slot = self
+                        .times
+                        .entry((t.clone(), list.to_string(), c.kind))
+                        .or_insert((c.status, now.to_string()));
+                    if slot.0 != c.status {
+                        *slot = (c.status, now.to_string());
+                    }
+                    json!({
+                        "type": c.kind,
+                        "status": if c.status { "True" } else { "False" },
+                        "reason": c.reason,
+                        "message": c.message,
+                        "observedGeneration": generation,
+                        "lastTransitionTime": slot.1,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
+    let mut out = Vec::new();
+    for (name, c) in &d.statuses.classes {
+        let t: Target = ("GatewayClass", (String::new(), name.clone()));
+        let conditions = mem.conditions(&t, "", &c.conditions, c.generation, now);
+        let features: Vec<Value> = c.features.iter().map(|f| json!({"name": f})).collect();
+        out.push((
+            t,
+            json!({"conditions": conditions, "supportedFeatures": features}),
+        ));
+    }
+    for (key, g) in &d.statuses.gateways {
+        let t: Target = ("Gateway", key.clone());
+        let conditions = mem.conditions(&t, "", &g.conditions, g.generation, now);
+        let listeners: Vec<Value> = g
+            .listeners
+            .iter()
+            .map(|l| {
+                let kinds: Vec<Value> = l
+                    .supported_kinds
+                    .iter()
+                    .map(|(g, k)| json!({"group": g, "kind": k}))
+                    .collect();
+                json!({
+                    "name": l.name,
+                    "supportedKinds": kinds,
+                    "attachedRoutes": l.attached_routes,
+                    "conditions": mem.conditions(&t, &l.name, &l.conditions, g.generation, now),
+                })
+            })
+            .collect();
+        let addresses: Vec<Value> = g
+            .addresses
+            .iter()
+            .map(|a| json!({"type": "IPAddress", "value": a}))
+            .collect();
+        out.push((
+            t,
+            json!({"addresses": addresses, "conditions": conditions, "listeners": listeners}),
+        ));
+    }
+    for (key, r) in &d.statuses.routes {
+        let t: Target = ("HTTPRoute", key.clone());
+        let mut parents: Vec<Value> = d.others.get(key).cloned().unwrap_or_default();
+        for (i, p) in r.parents.iter().enumerate() {
+            let mut parent = json!({
+                "group": p.parent.group,
+                "kind": p.parent.kind,
+                "namespace": p.parent.namespace,
+                "name": p.parent.name,
+            });
+            if let Some(s) = &p.parent.section_name {
+                parent["sectionName"] = json!(s);
+            }
+            if let Some(port) = p.parent.port {
+                parent["port"] = json!(port);
+            }
+            parents.push(json!({
+                "parentRef": parent,
+                "controllerName": d.controller,
+                "conditions": mem.conditions(&t, &i.to_string(), &p.conditions, r.generation, now),
+            }));
+        }
+        out.push((t, json!({"parents": parents})));
+    }
+    out
+}
+
+async fn write(
+    client: &Client,
+    (kind, (ns, name)): &Target,
+    body: &Value,
+) -> Result<(), kube::Error> {
+    let ar = match *kind {
+        "GatewayClass" => ApiResource::erase::<GatewayClass>(&()),
+        "Gateway" => ApiResource::erase::<Gateway>(&()),
+        _ => ApiResource::erase::<HTTPRoute>(&()),
+    };
+    let api: Api<DynamicObject> = if ns.is_empty() {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": body})),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Writes what differs from the last write; returns whether every write succeeded.
+async fn write_changed(client: &Client, d: &Desired, mem: &mut Memory) -> bool {
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut ok = true;
+    for (t, body) in bodies(d, mem, &now) {
+        if mem.bodies.get(&t) == Some(&body) {
+            continue;
+        }
+        match write(client, &t, &body).await {
+            Ok(()) => {
+                mem.bodies.insert(t, body);
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                ok = false;
+                tracing::warn!(kind = t.0, namespace = %t.1.0, name = %t.1.1, error = %e, "writing Gateway API status failed; retrying");
+            }
+        }
+    }
+    ok
+}
+
+/// Runs the writer: after each rebuild and on gaining leadership; failed writes are retried
+/// every few seconds.
+pub async fn run(
+    client: Client,
+    mut published: watch::Receiver<Published>,
+    mut leader: watch::Receiver<bool>,
+) {
+    let mut mem = Memory::default();
+    let mut retry = false;
+    loop {
+        tokio::select! {
+            r = published.changed() => if r.is_err() { return },
+            r = leader.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                mem = Memory::default();
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)), if retry => {}
+        }
+        if !*leader.borrow() {
+            retry = false;
+            continue;
+        }
+        let desired: Arc<Desired> = published.borrow().gateway.clone();
+        retry = !write_changed(&client, &desired, &mut mem).await;
+    }
+}

@@ -1,0 +1,239 @@
+//! The Gateway API's part of the route table: per socket the snapshot's listeners and rules
+//! (`sluice_config::gateway_model`), with what serving them needs compiled beside them — an
+//! [`Action`] per usable backend (the same actions Ingress routes get: retries, draining,
+//! metrics, timeouts), the weights, and each listener's certificate.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use rustls::sign::CertifiedKey;
+use sluice_config::gateway_model::{
+    BackendTarget, GatewayListener, GatewayRule, GatewaySocket, RequestFacts,
+};
+use sluice_config::{PathKind, PathMatch, Route, RouteAction, RouteOptions, Snapshot};
+
+use super::{Action, Compiler};
+
+/// A socket's key: the address it is bound to (`None`: every address) and its port.
+pub type SocketKey = (Option<IpAddr>, u16);
+
+/// One backend of a rule.
+#[derive(Debug)]
+pub enum Backend {
+    /// Forward with this action.
+    Serve(Box<Action>),
+    /// The reference cannot be used: its share of requests gets 500.
+    Invalid(Arc<str>),
+}
+
+/// A rule's backends and weights.
+#[derive(Debug, Default)]
+pub struct CompiledRule {
+    /// Backends with a weight above zero, and the weight.
+    pub backends: Vec<(Backend, u32)>,
+    /// The sum of the weights.
+    pub total: u32,
+}
+
+impl CompiledRule {
+    /// Picks a backend by weight (`None`: the rule has none, or all weights are zero: 500).
+    pub fn pick(&self) -> Option<&Backend> {
+        if self.total == 0 {
+            return None;
+        }
+        let mut n = fastrand::u32(0..self.total);
+        for (b, w) in &self.backends {
+            if n < *w {
+                return Some(b);
+            }
+            n -= w;
+        }
+        None
+    }
+}
+
+/// One listener, compiled: per host bucket, per rule, its backends.
+#[derive(Debug, Default)]
+pub struct CompiledListener {
+    /// The certificate served on an HTTPS listener.
+    pub cert: Option<Arc<CertifiedKey>>,
+    /// `rules[host][rule]`, parallel to the snapshot listener's `hosts[host].rules[rule]`.
+    pub rules: Vec<Vec<CompiledRule>>,
+}
+
+/// The Gateway sockets of a table.
+#[derive(Debug, Default)]
+pub struct GatewayTable {
+    /// Socket index in the snapshot by key.
+    by_key: HashMap<SocketKey, usize>,
+    /// Per socket, per listener.
+    compiled: Vec<Vec<CompiledListener>>,
+}
+
+/// What a request on a Gateway socket found.
+#[derive(Debug)]
+pub enum Found<'a> {
+    /// No listener or rule matches: 404.
+    None,
+    /// A rule: its data and its compiled backends.
+    Rule(&'a GatewayRule, &'a CompiledRule),
+}
+
+impl GatewayTable {
+    /// Compiles the snapshot's Gateway sockets.
+    pub(super) fn compile(snapshot: &Snapshot, cx: &mut Compiler<'_>) -> Self {
+        let mut t = Self::default();
+        for (si, s) in snapshot.gateway_sockets().iter().enumerate() {
+            t.by_key.insert((s.addr, s.port), si);
+            let listeners = s
+                .listeners
+                .iter()
+                .map(|l| compile_listener(snapshot, l, cx))
+                .collect();
+            t.compiled.push(listeners);
+        }
+        t
+    }
+
+    /// Whether any Gateway socket exists.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    fn index(&self, local: SocketAddr) -> Option<usize> {
+        self.by_key
+            .get(&(Some(local.ip()), local.port()))
+            .or_else(|| self.by_key.get(&(None, local.port())))
+            .copied()
+    }
+
+    /// The socket a connection arrived on, by its local address.
+    pub fn socket<'a>(
+        &self,
+        snapshot: &'a Snapshot,
+        local: SocketAddr,
+    ) -> Option<(usize, &'a GatewaySocket)> {
+        let i = self.index(local)?;
+        Some((i, snapshot.gateway_sockets().get(i)?))
+    }
+
+    /// Finds the rule for a request on the socket at `local`.
+    pub fn find<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+        local: SocketAddr,
+        host: Option<&str>,
+        req: &RequestFacts<'_>,
+    ) -> Found<'a> {
+        let Some((si, socket)) = self.socket(snapshot, local) else {
+            return Found::None;
+        };
+        let Some(li) = socket.listeners.iter().position(|l| match host {
+            Some(h) => l.hostname.matches(h),
+            None => l.hostname == sluice_config::gateway_model::hostname::Hostname::Any,
+        }) else {
+            return Found::None;
+        };
+        let listener = &socket.listeners[li];
+        let Some((hi, ri)) = listener.find_index(host, req) else {
+            return Found::None;
+        };
+        let compiled = self
+            .compiled
+            .get(si)
+            .and_then(|l| l.get(li))
+            .and_then(|l| l.rules.get(hi))
+            .and_then(|r| r.get(ri));
+        match (
+            listener.hosts.get(hi).and_then(|h| h.rules.get(ri)),
+            compiled,
+        ) {
+            (Some(rule), Some(c)) => Found::Rule(rule, c),
+            _ => Found::None,
+        }
+    }
+
+    /// The certificate for a TLS handshake on the socket at `local`: that of the most
+    /// specific listener whose hostname covers the server name (without one, the listener
+    /// without a hostname, else the first).
+    pub fn certificate(
+        &self,
+        snapshot: &Snapshot,
+        local: SocketAddr,
+        sni: Option<&str>,
+    ) -> Option<Arc<CertifiedKey>> {
+        let (si, socket) = self.socket(snapshot, local)?;
+        let compiled = self.compiled.get(si)?;
+        let li = match sni {
+            Some(name) => socket
+                .listeners
+                .iter()
+                .position(|l| l.hostname.matches(name)),
+            None => None,
+        }
+        .or_else(|| {
+            socket
+                .listeners
+                .iter()
+                .position(|l| l.hostname == sluice_config::gateway_model::hostname::Hostname::Any)
+        })
+        .unwrap_or(0);
+        compiled
+            .get(li)?
+            .cert
+            .clone()
+            .or_else(|| compiled.iter().find_map(|l| l.cert.clone()))
+    }
+}
+
+fn compile_listener(
+    snapshot: &Snapshot,
+    l: &GatewayListener,
+    cx: &mut Compiler<'_>,
+) -> CompiledListener {
+    let cert = l.certificates.first().and_then(|secret| {
+        let pem = snapshot.certificates().get(secret)?;
+        match crate::state::certs::load_pem(&pem.cert_pem, &pem.key_pem) {
+            Ok(c) => Some(c.key),
+            Err(e) => {
+                tracing::warn!(%secret, error = %e, "Gateway listener certificate unusable");
+                None
+            }
+        }
+    });
+    let rules = l
+        .hosts
+        .iter()
+        .map(|h| h.rules.iter().map(|r| compile_rule(r, cx)).collect())
+        .collect();
+    CompiledListener { cert, rules }
+}
+
+fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
+    let mut out = CompiledRule::default();
+    for b in r.backends.iter().filter(|b| b.weight > 0) {
+        let backend = match &b.target {
+            BackendTarget::Cluster(k) => {
+                let route = Route {
+                    path: PathMatch {
+                        path: "/".to_string(),
+                        kind: PathKind::Prefix,
+                    },
+                    action: RouteAction::Cluster(k.clone()),
+                    source: r.source.clone(),
+                    options: RouteOptions::default(),
+                    canary: None,
+                    fallback: None,
+                };
+                let mut action = cx.action(&route);
+                action.general_only = true;
+                Backend::Serve(Box::new(action))
+            }
+            BackendTarget::Invalid(why) => Backend::Invalid(Arc::from(why.as_str())),
+        };
+        out.total = out.total.saturating_add(b.weight);
+        out.backends.push((backend, b.weight));
+    }
+    out
+}

@@ -1,0 +1,215 @@
+//! The Gateway API end to end on `sluice serve` (YAML files, no cluster): a Gateway's socket
+//! opens when it appears and closes when it goes, requests are routed by its HTTPRoutes'
+//! rules (path, header and method matches, weights), the filters act (redirect, header
+//! modifiers, URL rewrite), an unusable backend answers 500 and an unmatched host 404 — real
+//! sockets on 127.0.0.1, real echo pods.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_tests::echo::{self, Echo, field, get};
+use sluice_tests::*;
+
+const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata:\n  name: sluice\nspec:\n  controllerName: sluice.dev/gateway-controller\n";
+
+fn gateway(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\n  namespace: default\nspec:\n  gatewayClassName: sluice\n  listeners:\n  - name: http\n    port: {port}\n    protocol: HTTP\n    hostname: \"*.gw.test\"\n"
+    )
+}
+
+const ROUTE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: r
+  namespace: default
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: ["app.gw.test"]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /v1}}]
+    backendRefs: [{name: a, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1}, headers: [{name: x-env, value: canary}]}]
+    backendRefs: [{name: b, port: 80}]
+  - matches: [{path: {type: Exact, value: /both}}]
+    backendRefs: [{name: a, port: 80, weight: 1}, {name: b, port: 80, weight: 1}]
+  - matches: [{path: {type: PathPrefix, value: /old}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {hostname: rewritten.test, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: x-set, value: "1"}], add: [{name: x-add, value: "2"}], remove: [x-drop]}
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {set: [{name: x-answer, value: "yes"}]}
+    backendRefs: [{name: a, port: 80}]
+  - matches: [{path: {type: Exact, value: /moved}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, statusCode: 301}
+  - matches: [{path: {type: Exact, value: /missing}}]
+    backendRefs: [{name: nonexistent, port: 80}]
+  - matches: [{path: {type: Exact, value: /none}}]
+  - matches: [{path: {type: Exact, value: /post}, method: POST}]
+    backendRefs: [{name: b, port: 80}]
+"#;
+
+/// A free port on loopback (bound and released).
+async fn free_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The whole answer to a raw request (which should ask for `Connection: close`).
+async fn whole(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut got = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut got)).await;
+    got
+}
+
+async fn answers(addr: SocketAddr) -> bool {
+    tokio::net::TcpStream::connect(addr).await.is_ok()
+}
+
+#[tokio::test]
+async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
+    let (a, b): (Echo, Echo) = (echo::start("a", 200).await, echo::start("b", 200).await);
+    let m = Manifests::new();
+    echo::write_services(&m, &[("a", &a), ("b", &b)]);
+    let port = free_port().await;
+    let gw: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    m.write("route.yaml", ROUTE);
+    m.write("gw.yaml", &format!("{CLASS}---\n{}", gateway(port)));
+    let _s = serve(m.dir.path(), &[]).await;
+    assert!(
+        eventually(Duration::from_secs(10), || answers(gw)).await,
+        "the Gateway's socket opens"
+    );
+    let host = "app.gw.test";
+    let (code, body) = get(gw, host, "/v1/x", "").await;
+    assert_eq!((code, field(&body, "name")), (200, Some("a")), "{body}");
+    let (code, body) = get(gw, host, "/v1/x", "x-env: canary\r\n").await;
+    assert_eq!(
+        (code, field(&body, "name")),
+        (200, Some("b")),
+        "more header matches win"
+    );
+    let (code, body) = get(gw, "APP.gw.test:1234", "/v1", "").await;
+    assert_eq!(code, 200, "host case and port do not matter");
+    assert_eq!(
+        field(&body, "host"),
+        Some("APP.gw.test:1234"),
+        "the pod sees Host unchanged"
+    );
+    assert_eq!(
+        get(gw, "other.gw.test", "/v1", "").await.0,
+        404,
+        "not the route's host"
+    );
+    assert_eq!(
+        get(gw, "app.elsewhere.test", "/v1", "").await.0,
+        404,
+        "not the listener's host"
+    );
+    assert_eq!(get(gw, host, "/nothing", "").await.0, 404);
+
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let (_, body) = get(gw, host, "/both", "").await;
+        seen.insert(field(&body, "name").unwrap_or_default().to_string());
+    }
+    assert_eq!(seen.len(), 2, "both weighted backends answer: {seen:?}");
+
+    let (code, body) = get(gw, host, "/old/rest?q=1", "x-drop: 1\r\nx-add: 1\r\n").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(field(&body, "target"), Some("/new/rest?q=1"));
+    assert_eq!(field(&body, "host"), Some("rewritten.test"));
+    assert_eq!(field(&body, "x-set"), Some("1"));
+    assert!(
+        body.contains("x-add=1\n") && body.contains("x-add=2\n"),
+        "{body}"
+    );
+    assert_eq!(field(&body, "x-drop"), None);
+    let resp = whole(
+        gw,
+        &format!("GET /old HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(
+        resp.to_ascii_lowercase().contains("x-answer: yes"),
+        "{resp}"
+    );
+
+    let resp = whole(
+        gw,
+        &format!("GET /moved?a=b HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 301"), "{resp}");
+    assert!(
+        resp.contains(&format!("location: https://{host}/moved?a=b")),
+        "{resp}"
+    );
+    assert_eq!(
+        get(gw, host, "/missing", "").await.0,
+        500,
+        "an unusable backend answers 500"
+    );
+    assert_eq!(
+        get(gw, host, "/none", "").await.0,
+        500,
+        "a rule without backends answers 500"
+    );
+    assert_eq!(
+        get(gw, host, "/post", "").await.0,
+        404,
+        "GET is not the rule's method"
+    );
+    let (code, body) = echo::raw(
+        gw,
+        &format!(
+            "POST /post HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert_eq!((code, field(&body, "name")), (200, Some("b")));
+
+    // The Ingress listeners never route by the Gateway's rules.
+    assert_eq!(
+        get(_s.running.http_addr.unwrap(), host, "/v1", "").await.0,
+        404
+    );
+
+    // A changed route reaches traffic on the same socket (an open connection stays open).
+    let mut kept = tokio::net::TcpStream::connect(gw).await.unwrap();
+    m.write("route.yaml", &ROUTE.replace("backendRefs: [{name: a, port: 80}]\n  - matches: [{path: {type: PathPrefix, value: /v1}, headers", "backendRefs: [{name: b, port: 80}]\n  - matches: [{path: {type: PathPrefix, value: /v1}, headers"));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            field(&get(gw, host, "/v1", "").await.1, "name") == Some("b")
+        })
+        .await,
+        "the changed rule serves"
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    kept.write_all(
+        format!("GET /v1 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), kept.read_to_string(&mut got)).await;
+    assert!(
+        got.starts_with("HTTP/1.1 200"),
+        "a connection opened before the change is served: {got}"
+    );
+
+    // The Gateway goes: its socket closes.
+    m.write("gw.yaml", CLASS);
+    assert!(
+        eventually(Duration::from_secs(10), || async { !answers(gw).await }).await,
+        "the Gateway's socket closes"
+    );
+}
