@@ -222,6 +222,11 @@ impl Running {
         })
     }
 
+    /// Where the Ingress listeners are bound (a Gateway listener may not take their ports).
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.http_addr.into_iter().chain(self.https_addr).collect()
+    }
+
     /// Drains and stops: readiness false, listeners closed, connections finish within `deadline`.
     pub async fn shutdown(self, deadline: Duration) -> bool {
         let done = self.server.shutdown(deadline).await;

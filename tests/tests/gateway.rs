@@ -213,3 +213,27 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
         "the Gateway's socket closes"
     );
 }
+
+/// The features the GatewayClass status claims are exactly those the conformance run is given.
+#[test]
+fn claimed_features_are_the_conformance_runs() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gateway-api/features.txt"),
+    )
+    .unwrap();
+    let mut listed: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    listed.sort_unstable();
+    let claimed = sluice_config::gateway::SUPPORTED_FEATURES;
+    assert_eq!(
+        listed, claimed,
+        "tests/gateway-api/features.txt and SUPPORTED_FEATURES differ"
+    );
+    assert!(
+        claimed.windows(2).all(|w| w[0] < w[1]),
+        "supportedFeatures must be sorted"
+    );
+}

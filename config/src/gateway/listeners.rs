@@ -101,6 +101,7 @@ pub(super) fn plan<'w>(
                 .map(|l| listener(world, &key.0, l))
                 .collect();
             mark_conflicts(&mut listeners);
+            taken_by_ingress(&mut listeners, addr, &opts.ingress_listeners);
             let has_address = address_problem.is_none();
             for l in &mut listeners {
                 l.attachable = l.accepted.status && l.conflicted.is_none();
@@ -345,6 +346,32 @@ fn certificates(world: &World, ns: &str, l: &GatewayListeners, plan: &mut Listen
         }
         plan.certs
             .push(ObjectRef::new("Secret", target_ns, r.name.clone()));
+    }
+}
+
+/// An Ingress listener keeps its socket: a Gateway listener on its port, on an address it
+/// covers (its wildcard, or the Gateway's own address), cannot be bound and says so.
+fn taken_by_ingress(
+    ls: &mut [ListenerPlan<'_>],
+    addr: Option<IpAddr>,
+    ingress: &[std::net::SocketAddr],
+) {
+    for l in ls.iter_mut().filter(|l| l.accepted.status) {
+        let taken = ingress.iter().find(|s| {
+            s.port() == l.port
+                && (s.ip().is_unspecified() || addr.is_none() || addr == Some(s.ip()))
+        });
+        if let Some(s) = taken {
+            l.accepted = Cond::new(
+                "Accepted",
+                false,
+                "PortUnavailable",
+                format!(
+                    "port {} is the Ingress listener's ({s}); give Gateways their own addresses with --gateway-addresses and bind the Ingress listeners to the node's",
+                    l.port
+                ),
+            );
+        }
     }
 }
 

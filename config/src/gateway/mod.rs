@@ -23,8 +23,31 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 
 /// The features sluice claims in `GatewayClass.status.supportedFeatures` (names of the
 /// conformance suite's `pkg/features`), sorted as the spec requires: only what translation
-/// and the data plane do, and what the conformance run passes.
-pub const SUPPORTED_FEATURES: &[&str] = &["Gateway", "HTTPRoute", "ReferenceGrant"];
+/// and the data plane do and the conformance run passes. `tests/gateway-api/features.txt`
+/// hands the same list to the suite (`tests/tests/gateway.rs` keeps the two equal).
+pub const SUPPORTED_FEATURES: &[&str] = &[
+    "Gateway",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
+    "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteDestinationPortMatching",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+];
 
 /// What Gateway API translation needs beyond the world.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +56,10 @@ pub struct GatewayOptions {
     pub controller_name: String,
     /// `--gateway-addresses`: one per Gateway; empty: Gateways use the node's addresses.
     pub addresses: Vec<IpAddr>,
+    /// Where the Ingress listeners are bound: their sockets stay theirs, so a Gateway
+    /// listener that would need one of their ports on an address they cover is refused
+    /// (`PortUnavailable`), never served by the other side's rules.
+    pub ingress_listeners: Vec<std::net::SocketAddr>,
 }
 
 impl Default for GatewayOptions {
@@ -40,6 +67,7 @@ impl Default for GatewayOptions {
         Self {
             controller_name: DEFAULT_GATEWAY_CONTROLLER.to_string(),
             addresses: Vec::new(),
+            ingress_listeners: Vec::new(),
         }
     }
 }
@@ -247,6 +275,56 @@ pub fn cluster_map(clusters: Vec<ClusterSpec>) -> BTreeMap<ClusterKey, ClusterSp
         m.entry(c.key.clone()).or_insert(c);
     }
     m
+}
+
+/// The problems a Gateway API status reports (each becomes a Warning Event and a log line):
+/// every condition that is not as it should be — a listener or route that is not accepted,
+/// refs that do not resolve, a conflict, a Gateway without its address.
+pub fn status_problems(st: &GatewayStatuses) -> Vec<crate::model::Problem> {
+    use crate::model::{Problem, Severity};
+    let bad = |c: &Cond| match c.kind {
+        "Conflicted" => c.status,
+        _ => !c.status,
+    };
+    let mut out = Vec::new();
+    let mut push = |object: ObjectRef, field: String, c: &Cond| {
+        out.push(Problem {
+            object,
+            field,
+            message: format!("{} {}: {}", c.kind, c.reason, c.message),
+            severity: Severity::Error,
+            reason: c.reason,
+        });
+    };
+    for ((ns, name), g) in &st.gateways {
+        let o = ObjectRef::new("Gateway", ns.clone(), name.clone());
+        for c in g
+            .conditions
+            .iter()
+            .filter(|c| bad(c) && c.reason != "ListenersNotValid")
+        {
+            push(o.clone(), "status.conditions".into(), c);
+        }
+        for l in &g.listeners {
+            // Programmed follows from the others; one event per cause.
+            for c in l
+                .conditions
+                .iter()
+                .filter(|c| bad(c) && c.kind != "Programmed")
+            {
+                push(o.clone(), format!("spec.listeners[{}]", l.name), c);
+            }
+        }
+    }
+    for ((ns, name), r) in &st.routes {
+        let o = ObjectRef::new("HTTPRoute", ns.clone(), name.clone());
+        for p in &r.parents {
+            for c in p.conditions.iter().filter(|c| bad(c)) {
+                push(o.clone(), format!("spec.parentRefs[{}]", p.parent.name), c);
+            }
+        }
+    }
+    out
 }
 
 /// Reports Gateway API objects the watch could not read.

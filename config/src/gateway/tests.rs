@@ -510,3 +510,46 @@ fn https_listeners_need_a_valid_permitted_certificate() {
         "a listener without its certificate is not served"
     );
 }
+
+#[test]
+fn a_port_the_ingress_listeners_hold_is_unavailable_to_gateways() {
+    let mut w = world();
+    gateway(
+        &mut w,
+        "infra",
+        "gw",
+        0,
+        json!([
+        {"name": "http", "port": 80, "protocol": "HTTP"},
+        {"name": "alt", "port": 8080, "protocol": "HTTP"}]),
+    );
+    let mut o = opts();
+    o.ingress_listeners = vec![
+        "0.0.0.0:80"
+            .parse()
+            .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 80))),
+    ];
+    let out = translate(&w, &o, &Settings::default());
+    let gw = &out.status.gateways[&("infra".to_string(), "gw".to_string())];
+    assert!(has(
+        &gw.listeners[0].conditions,
+        "Accepted",
+        false,
+        "PortUnavailable"
+    ));
+    assert!(has(
+        &gw.listeners[1].conditions,
+        "Accepted",
+        true,
+        "Accepted"
+    ));
+    assert_eq!(
+        out.sockets.iter().map(|s| s.port).collect::<Vec<_>>(),
+        vec![8080]
+    );
+
+    // Ingress listeners on the node's own address leave the Gateway's address free.
+    o.ingress_listeners = vec![std::net::SocketAddr::from(([127, 0, 0, 1], 80))];
+    let out = translate(&w, &o, &Settings::default());
+    assert_eq!(out.sockets.len(), 2);
+}

@@ -584,6 +584,7 @@ pub fn translate_all(
     }
     let mut problems = problems.0;
     problems.extend(crate::gateway::unreadable_problems(world));
+    problems.extend(crate::gateway::status_problems(&gw.status));
     problems.sort();
     problems.dedup();
     let snapshot = Snapshot::new(SnapshotParts {

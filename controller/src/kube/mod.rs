@@ -68,6 +68,7 @@ pub async fn start(
     opts.gateway = sluice_config::gateway::GatewayOptions {
         controller_name: args.gateway_controller_name.clone(),
         addresses: args.gateway_addresses.0.clone(),
+        ingress_listeners: running.listen_addrs(),
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let gateway_api = gateway_watch::served(&client).await;

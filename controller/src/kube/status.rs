@@ -248,6 +248,8 @@ pub async fn emit_event(client: &Client, p: &Problem, reporting_pod: &str) {
     };
     let api_version = match p.object.kind {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+        "GatewayClass" | "Gateway" | "HTTPRoute" => "gateway.networking.k8s.io/v1",
+        "ReferenceGrant" => "gateway.networking.k8s.io/v1beta1",
         _ => "v1",
     };
     let now = Time(Timestamp::now());

@@ -171,11 +171,9 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let mut provider = FileProvider::new(
-        roots.clone(),
-        translate_options(&args.common),
-        Arc::clone(&running.dp),
-    );
+    let mut opts = translate_options(&args.common);
+    opts.gateway.ingress_listeners = running.listen_addrs();
+    let mut provider = FileProvider::new(roots.clone(), opts, Arc::clone(&running.dp));
     provider.reload()?;
 
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
