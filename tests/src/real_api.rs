@@ -355,7 +355,13 @@ async fn client_from(kubeconfig: &Path, token: Option<&str>) -> kube::Client {
 fn namespaced(kind: &str) -> bool {
     !matches!(
         kind,
-        "IngressClass" | "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "Node"
+        "IngressClass"
+            | "Namespace"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "Node"
+            | "CustomResourceDefinition"
+            | "GatewayClass"
     )
 }
 
@@ -377,6 +383,11 @@ pub fn resource(kind: &str) -> ApiResource {
         "ClusterRoleBinding" => ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
         "Role" => ("rbac.authorization.k8s.io", "v1", "roles"),
         "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+        "CustomResourceDefinition" => ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+        "GatewayClass" => ("gateway.networking.k8s.io", "v1", "gatewayclasses"),
+        "Gateway" => ("gateway.networking.k8s.io", "v1", "gateways"),
+        "HTTPRoute" => ("gateway.networking.k8s.io", "v1", "httproutes"),
+        "ReferenceGrant" => ("gateway.networking.k8s.io", "v1beta1", "referencegrants"),
         other => panic!("no API resource known for kind {other}"),
     };
     ApiResource {

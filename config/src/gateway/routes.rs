@@ -291,14 +291,18 @@ fn compile_rules(
         };
         let mut backends = Vec::new();
         for (bi, b) in rule.backend_refs.iter().flatten().enumerate() {
-            if b.filters.as_deref().is_some_and(|f| !f.is_empty()) {
-                out.unsupported.get_or_insert(Cond::new(
-                    "Accepted",
-                    false,
-                    "UnsupportedValue",
-                    format!("spec.rules[{ri}].backendRefs[{bi}].filters: per-backend filters are not supported"),
-                ));
-            }
+            let own = match backend_filters(b.filters.as_deref().unwrap_or_default()) {
+                Ok(f) => f,
+                Err(msg) => {
+                    out.unsupported.get_or_insert(Cond::new(
+                        "Accepted",
+                        false,
+                        "UnsupportedValue",
+                        format!("spec.rules[{ri}].backendRefs[{bi}].filters: {msg}"),
+                    ));
+                    Filters::default()
+                }
+            };
             let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
             let r = BackendRef {
                 group: b.group.as_deref(),
@@ -321,8 +325,24 @@ fn compile_rules(
                     BackendTarget::Invalid(e.message)
                 }
             };
-            backends.push(WeightedBackend { target, weight });
+            backends.push(WeightedBackend {
+                target,
+                weight,
+                filters: own,
+            });
         }
+        let timeout = match timeouts(rule.timeouts.as_ref()) {
+            Ok(t) => t,
+            Err(msg) => {
+                out.unsupported.get_or_insert(Cond::new(
+                    "Accepted",
+                    false,
+                    "UnsupportedValue",
+                    format!("spec.rules[{ri}].timeouts: {msg}"),
+                ));
+                continue;
+            }
+        };
         let default_match = [HttpRouteRulesMatches {
             headers: None,
             method: None,
@@ -362,6 +382,7 @@ fn compile_rules(
                             query,
                             filters: filters.clone(),
                             backends: backends.clone(),
+                            timeout,
                         },
                     });
                 }
@@ -558,4 +579,128 @@ fn filters(list: &[HttpRouteRulesFilters]) -> Result<Filters, String> {
         }
     }
     Ok(out)
+}
+
+/// A Gateway API duration (`1h30m`, `500ms`, `0s`: one to four number–unit pairs).
+pub(super) fn duration(v: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{v:?} is not a duration (such as 500ms, 10s or 1h30m)");
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = v;
+    let mut pairs = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (std::time::Duration::from_millis(1), 2)
+        } else if rest.starts_with('h') {
+            (std::time::Duration::from_secs(3600), 1)
+        } else if rest.starts_with('m') {
+            (std::time::Duration::from_secs(60), 1)
+        } else if rest.starts_with('s') {
+            (std::time::Duration::from_secs(1), 1)
+        } else {
+            return Err(bad());
+        };
+        rest = &rest[len..];
+        total += unit * u32::try_from(n).map_err(|_| bad())?;
+        pairs += 1;
+    }
+    if pairs == 0 || pairs > 4 {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+/// A rule's `timeouts` as the one limit sluice enforces: the time to the response head, the
+/// shorter of `request` and `backendRequest` (a zero one is no limit).
+fn timeouts(
+    t: Option<&crate::gateway_api::httproutes::HttpRouteRulesTimeouts>,
+) -> Result<Option<std::time::Duration>, String> {
+    let Some(t) = t else {
+        return Ok(None);
+    };
+    let request = t.request.as_deref().map(duration).transpose()?;
+    let backend = t.backend_request.as_deref().map(duration).transpose()?;
+    let limit = |d: Option<std::time::Duration>| d.filter(|d| !d.is_zero());
+    Ok(match (request, backend) {
+        (None, None) => None,
+        (r, b) => match (limit(r), limit(b)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), None) | (None, Some(a)) => Some(a),
+            (None, None) => Some(std::time::Duration::ZERO),
+        },
+    })
+}
+
+/// A backendRef's own filters: header modifiers only.
+fn backend_filters(
+    list: &[crate::gateway_api::httproutes::HttpRouteRulesBackendRefsFilters],
+) -> Result<Filters, String> {
+    use crate::gateway_api::httproutes::HttpRouteRulesBackendRefsFiltersType as T;
+    let mut out = Filters::default();
+    for f in list {
+        match f.r#type {
+            T::RequestHeaderModifier => {
+                let m = f
+                    .request_header_modifier
+                    .as_ref()
+                    .ok_or("RequestHeaderModifier without its settings")?;
+                out.request_headers = edits(
+                    m.set
+                        .iter()
+                        .flatten()
+                        .map(|h| (h.name.clone(), h.value.clone()))
+                        .collect(),
+                    m.add
+                        .iter()
+                        .flatten()
+                        .map(|h| (h.name.clone(), h.value.clone()))
+                        .collect(),
+                    m.remove.as_ref(),
+                );
+            }
+            T::ResponseHeaderModifier => {
+                let m = f
+                    .response_header_modifier
+                    .as_ref()
+                    .ok_or("ResponseHeaderModifier without its settings")?;
+                out.response_headers = edits(
+                    m.set
+                        .iter()
+                        .flatten()
+                        .map(|h| (h.name.clone(), h.value.clone()))
+                        .collect(),
+                    m.add
+                        .iter()
+                        .flatten()
+                        .map(|h| (h.name.clone(), h.value.clone()))
+                        .collect(),
+                    m.remove.as_ref(),
+                );
+            }
+            ref other => return Err(format!("filter {other:?} is not supported on a backendRef")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::duration;
+    use std::time::Duration;
+
+    #[test]
+    fn gateway_durations() {
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(duration("1m1s1ms"), Ok(Duration::from_millis(61_001)));
+        for bad in ["", "10", "1d", "s", "123456s", "1h1h1h1h1h", "-1s"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -241,6 +241,9 @@ pub struct GatewayRule {
     pub filters: Filters,
     /// Where requests go, by weight. Empty: 500 (a rule with no usable backend).
     pub backends: Vec<WeightedBackend>,
+    /// `timeouts`: how long the response head may take (the shorter of `request` and
+    /// `backendRequest`); `Some(ZERO)`: no limit (`0s`); `None`: `--request-timeout`.
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl GatewayRule {
@@ -296,6 +299,8 @@ pub struct WeightedBackend {
     pub target: BackendTarget,
     /// Relative weight (0 takes no requests).
     pub weight: u32,
+    /// The backendRef's own header modifiers (applied after the rule's).
+    pub filters: Filters,
 }
 
 /// Where one backendRef sends requests.

@@ -32,6 +32,9 @@ pub struct Desired {
     pub controller: String,
     /// Per route, the parent entries other controllers wrote, kept as they are.
     pub others: BTreeMap<Key, Vec<Value>>,
+    /// Each object's `metadata.uid` by kind and key: an object deleted and made again under
+    /// its name is another object, whose status must be written afresh.
+    pub uids: BTreeMap<(&'static str, Key), String>,
 }
 
 impl Desired {
@@ -54,16 +57,37 @@ impl Desired {
                 Some((k.clone(), theirs))
             })
             .collect();
+        let uid = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.uid.clone().unwrap_or_default()
+        };
+        let mut uids = BTreeMap::new();
+        for name in statuses.classes.keys() {
+            let key = (String::new(), name.clone());
+            if let Some(o) = world.gateway_classes.get(&key) {
+                uids.insert(("GatewayClass", key), uid(&o.metadata));
+            }
+        }
+        for key in statuses.gateways.keys() {
+            if let Some(o) = world.gateways.get(key) {
+                uids.insert(("Gateway", key.clone()), uid(&o.metadata));
+            }
+        }
+        for key in statuses.routes.keys() {
+            if let Some(o) = world.http_routes.get(key) {
+                uids.insert(("HTTPRoute", key.clone()), uid(&o.metadata));
+            }
+        }
         Self {
             statuses,
             controller,
             others,
+            uids,
         }
     }
 }
 
-/// Which object a write is for.
-type Target = (&'static str, Key);
+/// Which object a write is for: kind, key, and `metadata.uid`.
+type Target = (&'static str, Key, String);
 
 /// The last write per object: its body, and each condition's status and transition time by
 /// the path of the condition list and its type.
@@ -107,10 +131,19 @@ impl Memory {
     }
 }
 
+fn target(d: &Desired, kind: &'static str, key: Key) -> Target {
+    let uid = d
+        .uids
+        .get(&(kind, key.clone()))
+        .cloned()
+        .unwrap_or_default();
+    (kind, key, uid)
+}
+
 fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
     let mut out = Vec::new();
     for (name, c) in &d.statuses.classes {
-        let t: Target = ("GatewayClass", (String::new(), name.clone()));
+        let t = target(d, "GatewayClass", (String::new(), name.clone()));
         let conditions = mem.conditions(&t, "", &c.conditions, c.generation, now);
         let features: Vec<Value> = c.features.iter().map(|f| json!({"name": f})).collect();
         out.push((
@@ -119,7 +152,7 @@ fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
         ));
     }
     for (key, g) in &d.statuses.gateways {
-        let t: Target = ("Gateway", key.clone());
+        let t = target(d, "Gateway", key.clone());
         let conditions = mem.conditions(&t, "", &g.conditions, g.generation, now);
         let listeners: Vec<Value> = g
             .listeners
@@ -149,7 +182,7 @@ fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
         ));
     }
     for (key, r) in &d.statuses.routes {
-        let t: Target = ("HTTPRoute", key.clone());
+        let t = target(d, "HTTPRoute", key.clone());
         let mut parents: Vec<Value> = d.others.get(key).cloned().unwrap_or_default();
         for (i, p) in r.parents.iter().enumerate() {
             let mut parent = json!({
@@ -177,7 +210,7 @@ fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
 
 async fn write(
     client: &Client,
-    (kind, (ns, name)): &Target,
+    (kind, (ns, name), _): &Target,
     body: &Value,
 ) -> Result<(), kube::Error> {
     let ar = match *kind {
@@ -203,7 +236,12 @@ async fn write(
 async fn write_changed(client: &Client, d: &Desired, mem: &mut Memory) -> bool {
     let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut ok = true;
-    for (t, body) in bodies(d, mem, &now) {
+    let all = bodies(d, mem, &now);
+    // Forget the objects that are gone (or were made again under their names).
+    let current: std::collections::HashSet<&Target> = all.iter().map(|(t, _)| t).collect();
+    mem.bodies.retain(|t, _| current.contains(t));
+    mem.times.retain(|(t, _, _), _| current.contains(t));
+    for (t, body) in all {
         if mem.bodies.get(&t) == Some(&body) {
             continue;
         }

@@ -156,7 +156,7 @@ impl Server {
         self.dp.set_listening();
     }
 
-    /// A handle that serves Gateway sockets while the server runs (see [`gateway::Sockets`]):
+    /// A handle that serves Gateway sockets while the server runs (see [`gateway::run`]):
     /// their accept loops share this server's connection cap and drain, and end at its stop.
     pub fn gateway_handle(&self) -> GatewayServe {
         GatewayServe {

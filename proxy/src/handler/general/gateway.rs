@@ -62,15 +62,21 @@ pub(crate) async fn serve(
             req.uri(),
         );
     }
-    let action = match compiled.pick() {
-        Some(Backend::Serve(a)) => a,
-        Some(Backend::Invalid(why)) => return failed(dp, version, why),
+    let (action, own) = match compiled.pick() {
+        Some((Backend::Serve(a), i)) => (a, rule.backends.get(i).map(|b| &b.filters)),
+        Some((Backend::Invalid(why), _)) => return failed(dp, version, why),
         None => return failed(dp, version, "the rule has no backend"),
     };
     edit_request(&rule.filters, &rule.path, &mut req);
+    if let Some(own) = own {
+        edit(&own.request_headers, req.headers_mut());
+    }
     let http1 = version <= Version::HTTP_11;
     let mut resp = route(table, dp, conn, action, req).await;
     edit(&rule.filters.response_headers, resp.headers_mut());
+    if let Some(own) = own {
+        edit(&own.response_headers, resp.headers_mut());
+    }
     finish(dp, conn, action, resp, http1, started)
 }
 

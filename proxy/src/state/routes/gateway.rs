@@ -30,22 +30,23 @@ pub enum Backend {
 /// A rule's backends and weights.
 #[derive(Debug, Default)]
 pub struct CompiledRule {
-    /// Backends with a weight above zero, and the weight.
-    pub backends: Vec<(Backend, u32)>,
+    /// Backends with a weight above zero: the backend, its weight, and its index in the
+    /// rule's `backends` (where its own filters are).
+    pub backends: Vec<(Backend, u32, usize)>,
     /// The sum of the weights.
     pub total: u32,
 }
 
 impl CompiledRule {
     /// Picks a backend by weight (`None`: the rule has none, or all weights are zero: 500).
-    pub fn pick(&self) -> Option<&Backend> {
+    pub fn pick(&self) -> Option<(&Backend, usize)> {
         if self.total == 0 {
             return None;
         }
         let mut n = fastrand::u32(0..self.total);
-        for (b, w) in &self.backends {
+        for (b, w, i) in &self.backends {
             if n < *w {
-                return Some(b);
+                return Some((b, *i));
             }
             n -= w;
         }
@@ -212,7 +213,15 @@ fn compile_listener(
 
 fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
     let mut out = CompiledRule::default();
-    for b in r.backends.iter().filter(|b| b.weight > 0) {
+    // `0s`: no limit (the deadline is then far beyond any client's patience).
+    let timeout = r.timeout.map(|t| {
+        if t.is_zero() {
+            std::time::Duration::from_secs(365 * 24 * 3600)
+        } else {
+            t
+        }
+    });
+    for (index, b) in r.backends.iter().enumerate().filter(|(_, b)| b.weight > 0) {
         let backend = match &b.target {
             BackendTarget::Cluster(k) => {
                 let route = Route {
@@ -222,7 +231,13 @@ fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
                     },
                     action: RouteAction::Cluster(k.clone()),
                     source: r.source.clone(),
-                    options: RouteOptions::default(),
+                    options: RouteOptions {
+                        limits: sluice_config::behaviour::RouteLimits {
+                            read_timeout: timeout,
+                            ..Default::default()
+                        },
+                        ..RouteOptions::default()
+                    },
                     canary: None,
                     fallback: None,
                 };
@@ -233,7 +248,7 @@ fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
             BackendTarget::Invalid(why) => Backend::Invalid(Arc::from(why.as_str())),
         };
         out.total = out.total.saturating_add(b.weight);
-        out.backends.push((backend, b.weight));
+        out.backends.push((backend, b.weight, index));
     }
     out
 }
