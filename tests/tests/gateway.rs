@@ -83,7 +83,7 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
     let gw: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     m.write("route.yaml", ROUTE);
     m.write("gw.yaml", &format!("{CLASS}---\n{}", gateway(port)));
-    let _s = serve(m.dir.path(), &[]).await;
+    let s = serve(m.dir.path(), &[]).await;
     assert!(
         eventually(Duration::from_secs(10), || answers(gw)).await,
         "the Gateway's socket opens"
@@ -179,7 +179,7 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
 
     // The Ingress listeners never route by the Gateway's rules.
     assert_eq!(
-        get(_s.running.http_addr.unwrap(), host, "/v1", "").await.0,
+        get(s.running.http_addr.unwrap(), host, "/v1", "").await.0,
         404
     );
 
@@ -211,6 +211,18 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
     assert!(
         eventually(Duration::from_secs(10), || async { !answers(gw).await }).await,
         "the Gateway's socket closes"
+    );
+
+    // With a Gateway socket open, a shutdown still drains within its deadline (the sockets'
+    // manager and accept loops let go of the drain's counter when the server stops).
+    m.write("gw.yaml", &format!("{CLASS}---\n{}", gateway(port)));
+    assert!(eventually(Duration::from_secs(10), || answers(gw)).await);
+    let started = std::time::Instant::now();
+    assert!(s.shutdown(Duration::from_secs(5)).await, "drained in time");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        !answers(gw).await,
+        "the Gateway's socket is closed by the shutdown"
     );
 }
 

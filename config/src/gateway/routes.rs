@@ -465,6 +465,26 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<MatchParts, String> {
     Ok((path, method, headers, query))
 }
 
+/// The edits of a `RequestHeaderModifier` or `ResponseHeaderModifier`, of whichever generated
+/// type (a rule's filters and a backendRef's have types of their own with the same fields).
+macro_rules! header_edits {
+    ($m:expr) => {
+        edits(
+            $m.set
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+            $m.add
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+            $m.remove.as_ref(),
+        )
+    };
+}
+
 fn edits(
     set: Vec<(String, String)>,
     add: Vec<(String, String)>,
@@ -503,38 +523,14 @@ fn filters(list: &[HttpRouteRulesFilters]) -> Result<Filters, String> {
                     .request_header_modifier
                     .as_ref()
                     .ok_or("RequestHeaderModifier without its settings")?;
-                out.request_headers = edits(
-                    m.set
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.add
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.remove.as_ref(),
-                );
+                out.request_headers = header_edits!(m);
             }
             HttpRouteRulesFiltersType::ResponseHeaderModifier => {
                 let m = f
                     .response_header_modifier
                     .as_ref()
                     .ok_or("ResponseHeaderModifier without its settings")?;
-                out.response_headers = edits(
-                    m.set
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.add
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.remove.as_ref(),
-                );
+                out.response_headers = header_edits!(m);
             }
             HttpRouteRulesFiltersType::RequestRedirect => {
                 let r = f
@@ -649,38 +645,14 @@ fn backend_filters(
                     .request_header_modifier
                     .as_ref()
                     .ok_or("RequestHeaderModifier without its settings")?;
-                out.request_headers = edits(
-                    m.set
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.add
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.remove.as_ref(),
-                );
+                out.request_headers = header_edits!(m);
             }
             T::ResponseHeaderModifier => {
                 let m = f
                     .response_header_modifier
                     .as_ref()
                     .ok_or("ResponseHeaderModifier without its settings")?;
-                out.response_headers = edits(
-                    m.set
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.add
-                        .iter()
-                        .flatten()
-                        .map(|h| (h.name.clone(), h.value.clone()))
-                        .collect(),
-                    m.remove.as_ref(),
-                );
+                out.response_headers = header_edits!(m);
             }
             ref other => return Err(format!("filter {other:?} is not supported on a backendRef")),
         }

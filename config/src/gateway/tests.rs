@@ -553,3 +553,60 @@ fn a_port_the_ingress_listeners_hold_is_unavailable_to_gateways() {
     let out = translate(&w, &o, &Settings::default());
     assert_eq!(out.sockets.len(), 2);
 }
+
+#[test]
+fn rejected_objects_become_problems_with_the_spec_reason() {
+    let mut w = world();
+    gateway(
+        &mut w,
+        "infra",
+        "gw",
+        0,
+        json!([
+        {"name": "http", "port": 80, "protocol": "HTTP"},
+        {"name": "bad", "port": 1111, "protocol": "INVALID"}]),
+    );
+    route(
+        &mut w,
+        "web",
+        "cross",
+        1,
+        json!({"parentRefs": [{"name": "gw", "namespace": "infra"}],
+        "rules": [{"backendRefs": [{"name": "nonexistent", "port": 8080}]}]}),
+    );
+    route(
+        &mut w,
+        "infra",
+        "fine",
+        2,
+        json!({"parentRefs": [{"name": "gw"}],
+        "rules": [{"backendRefs": [{"name": "v1", "port": 8080}]}]}),
+    );
+    let out = translate(&w, &opts(), &Settings::default());
+    let problems = super::status_problems(&out.status);
+    let reasons: Vec<(String, &str)> = problems
+        .iter()
+        .map(|p| (p.object.to_string(), p.reason))
+        .collect();
+    assert!(
+        reasons.contains(&("Gateway infra/gw".into(), "UnsupportedProtocol")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("HTTPRoute web/cross".into(), "NotAllowedByListeners")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("HTTPRoute web/cross".into(), "BackendNotFound")),
+        "{reasons:?}"
+    );
+    assert!(
+        !reasons.iter().any(|(o, _)| o == "HTTPRoute infra/fine"),
+        "a good route reports nothing"
+    );
+    assert_eq!(
+        serve(&out.sockets, 80, "x", "/").as_deref(),
+        Some("v1"),
+        "the rest keeps serving"
+    );
+}

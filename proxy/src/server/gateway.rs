@@ -60,7 +60,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Opens and closes Gateway sockets as the data plane's applied snapshots ask, until the
-/// data plane's watch ends. A socket that cannot be bound (address in use, not local) is
+/// server stops. A socket that cannot be bound (address in use, not local) is
 /// logged and tried again every few seconds.
 pub async fn run(handle: GatewayServe, tls: TlsOptions) {
     let dp = Arc::clone(handle.dataplane());
@@ -119,6 +119,8 @@ pub async fn run(handle: GatewayServe, tls: TlsOptions) {
         tokio::select! {
             r = wanted.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+            // The server's drain waits for this task to let go of it.
+            () = handle.until_stopped() => return,
         }
     }
 }

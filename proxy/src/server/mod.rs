@@ -201,6 +201,11 @@ impl Server {
         tracing::info!(open_connections = open, ?deadline, "draining connections");
         self.close_idle.close();
         let end = tokio::time::Instant::now() + deadline;
+        // The Gateway sockets' accept loops and their manager hold the drain's counter too;
+        // they end on the stop signal, so wait for them (within the deadline) to let go.
+        while Arc::strong_count(&self.graceful) > 1 && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let mut done = match Arc::try_unwrap(self.graceful) {
             Ok(g) => tokio::time::timeout_at(end, g.shutdown()).await.is_ok(),
             Err(_) => false,
@@ -310,6 +315,12 @@ impl GatewayServe {
     /// Whether the server has stopped (no socket may open any more).
     pub fn stopped(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// Resolves when the server stops.
+    pub async fn until_stopped(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
     }
 }
 
