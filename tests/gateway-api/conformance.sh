@@ -19,6 +19,7 @@ out="${GATEWAY_API_OUT_DIR:-$repo/target/gateway-api}"
 apiserver="$repo/target/kube-apiserver/kube-apiserver"
 
 GATEWAY_POOL=198.18.0.16/28
+USABLE_ADDRESS=198.18.0.30
 GATEWAY_CLASS=sluice
 CONTROLLER_NAME=sluice.dev/gateway-controller
 
@@ -306,6 +307,9 @@ suite_args=(
   --supported-features "$features"
   --cleanup-base-resources=false
   --report-output "$report"
+  # GatewayStaticAddresses: an address of the pool no other Gateway takes first (the pool is
+  # handed out from its start), and one of TEST-NET-3, which is never local.
+  --usable-address "$USABLE_ADDRESS" --unusable-address 203.0.113.9
   --organization sluice --project sluice --url https://github.com/sluice-dev/sluice
   --version "$version" --contact sluice
 )

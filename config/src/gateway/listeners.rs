@@ -122,46 +122,77 @@ pub(super) fn plan<'w>(
 /// A Gateway's address, or why it has none: `(reason, message)`.
 type Assigned = (Option<IpAddr>, Option<(&'static str, String)>);
 
+/// What a Gateway's `spec.addresses` asks for.
+enum Request {
+    /// Nothing, or only entries without a value (`GatewayAddressEmpty`): any address.
+    Any,
+    /// An address type sluice does not give (anything but `IPAddress`).
+    Unsupported(String),
+    /// These values.
+    Values(Vec<String>),
+}
+
+fn request(g: &Gateway) -> Request {
+    let list = g.spec.addresses.as_deref().unwrap_or_default();
+    if let Some(t) = list
+        .iter()
+        .filter_map(|a| a.r#type.as_deref())
+        .find(|t| *t != "IPAddress")
+    {
+        return Request::Unsupported(t.to_string());
+    }
+    let values: Vec<String> = list
+        .iter()
+        .filter_map(|a| a.value.clone())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if values.is_empty() {
+        Request::Any
+    } else {
+        Request::Values(values)
+    }
+}
+
 /// Gives each Gateway (oldest first) an address of the pool: the one its `spec.addresses`
 /// asks for, else the one its status already shows (so an address never moves while its
 /// Gateway lives), else the first free one. Without a pool every Gateway uses the node's.
+/// An address type other than `IPAddress` is `UnsupportedAddress` (the Gateway is not
+/// accepted); a requested address that is not a free one of the pool, or more than one, is
+/// `AddressNotUsable`.
 fn assign_addresses(gws: &[&Gateway], pool: &[IpAddr]) -> Vec<Assigned> {
-    if pool.is_empty() {
-        return gws.iter().map(|_| (None, None)).collect();
-    }
+    let requests: Vec<Request> = gws.iter().map(|g| request(g)).collect();
     let mut taken: BTreeSet<IpAddr> = BTreeSet::new();
     let mut out: Vec<Assigned> = vec![(None, None); gws.len()];
+    let not_usable = |msg: String| (None, Some(("AddressNotUsable", msg)));
     // Requested addresses first, then kept ones, then new ones.
-    for (i, g) in gws.iter().enumerate() {
-        let Some(wanted) = g.spec.addresses.as_deref().filter(|a| !a.is_empty()) else {
-            continue;
-        };
-        let first = &wanted[0];
-        let kind = first.r#type.as_deref().unwrap_or("IPAddress");
-        let parsed = first
-            .value
-            .as_deref()
-            .and_then(|v| v.parse::<IpAddr>().ok());
-        out[i] = match parsed {
-            Some(ip) if kind == "IPAddress" && pool.contains(&ip) && taken.insert(ip) => {
-                (Some(ip), None)
-            }
-            _ => (
+    for (i, r) in requests.iter().enumerate() {
+        out[i] = match r {
+            Request::Any => continue,
+            Request::Unsupported(t) => (
                 None,
                 Some((
-                    "AddressNotUsable",
-                    format!(
-                        "spec.addresses[0] {:?} is not a free address of --gateway-addresses",
-                        first.value.as_deref().unwrap_or_default()
-                    ),
+                    "UnsupportedAddress",
+                    format!("address type {t:?} is not supported (IPAddress is)"),
                 )),
             ),
+            Request::Values(v) if v.len() > 1 => not_usable(format!(
+                "spec.addresses asks for {} addresses; a Gateway gets one",
+                v.len()
+            )),
+            Request::Values(v) => match v[0].parse::<IpAddr>() {
+                Ok(ip) if pool.contains(&ip) && taken.insert(ip) => (Some(ip), None),
+                _ => not_usable(format!(
+                    "spec.addresses {:?} is not a free address of --gateway-addresses",
+                    v[0]
+                )),
+            },
         };
     }
-    for (i, g) in gws.iter().enumerate() {
-        if g.spec.addresses.as_deref().is_some_and(|a| !a.is_empty()) {
-            continue;
-        }
+    if pool.is_empty() {
+        return out;
+    }
+    let wants_any = |i: usize| matches!(requests[i], Request::Any);
+    for (i, g) in gws.iter().enumerate().filter(|(i, _)| wants_any(*i)) {
         let kept = g
             .status
             .as_ref()
@@ -174,8 +205,8 @@ fn assign_addresses(gws: &[&Gateway], pool: &[IpAddr]) -> Vec<Assigned> {
             out[i] = (Some(ip), None);
         }
     }
-    for (i, g) in gws.iter().enumerate() {
-        if out[i].0.is_some() || g.spec.addresses.as_deref().is_some_and(|a| !a.is_empty()) {
+    for i in (0..gws.len()).filter(|i| wants_any(*i)) {
+        if out[i].0.is_some() {
             continue;
         }
         out[i] = match pool.iter().find(|ip| !taken.contains(ip)) {

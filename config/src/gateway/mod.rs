@@ -27,8 +27,10 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 /// hands the same list to the suite (`tests/tests/gateway.rs` keeps the two equal).
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
+    "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -208,7 +210,19 @@ fn gateway_state(g: &listeners::GatewayPlan<'_>) -> GatewayState {
         .listeners
         .iter()
         .all(|l| l.attachable && l.resolved.status);
+    let unsupported_address = g
+        .address_problem
+        .as_ref()
+        .filter(|(reason, _)| *reason == "UnsupportedAddress");
     let accepted = match (valid, all_valid) {
+        _ if unsupported_address.is_some() => Cond::new(
+            "Accepted",
+            false,
+            "UnsupportedAddress",
+            unsupported_address
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default(),
+        ),
         (_, true) => Cond::ok("Accepted"),
         (0, false) => Cond::new(
             "Accepted",

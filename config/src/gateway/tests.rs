@@ -610,3 +610,56 @@ fn rejected_objects_become_problems_with_the_spec_reason() {
         "the rest keeps serving"
     );
 }
+
+#[test]
+fn requested_addresses_unsupported_unusable_usable_and_empty() {
+    let spec_addresses = |w: &mut World, addrs: Value| {
+        let key = ("infra".to_string(), "gw".to_string());
+        let mut g: super::super::gateway_api::Gateway = (*w.gateways[&key]).clone();
+        g.spec.addresses = Some(parse(addrs));
+        w.gateways.insert(key, Arc::new(g));
+    };
+    let state = |w: &World| {
+        let out = translate(w, &opts(), &Settings::default());
+        out.status.gateways[&("infra".to_string(), "gw".to_string())].clone()
+    };
+    let mut w = world();
+    gateway(
+        &mut w,
+        "infra",
+        "gw",
+        0,
+        json!([{"name": "http", "port": 8080, "protocol": "HTTP"}]),
+    );
+    spec_addresses(
+        &mut w,
+        json!([{"type": "test/fake", "value": "x"}, {"value": "203.0.113.9"}, {"value": "198.18.0.17"}]),
+    );
+    assert!(has(
+        &state(&w).conditions,
+        "Accepted",
+        false,
+        "UnsupportedAddress"
+    ));
+    spec_addresses(
+        &mut w,
+        json!([{"value": "203.0.113.9"}, {"value": "198.18.0.17"}]),
+    );
+    let s = state(&w);
+    assert!(has(&s.conditions, "Accepted", true, "Accepted"));
+    assert!(has(&s.conditions, "Programmed", false, "AddressNotUsable"));
+    spec_addresses(
+        &mut w,
+        json!([{"type": "IPAddress", "value": "198.18.0.17"}]),
+    );
+    let s = state(&w);
+    assert!(has(&s.conditions, "Programmed", true, "Programmed"));
+    assert_eq!(s.addresses, vec!["198.18.0.17".to_string()]);
+    spec_addresses(&mut w, json!([{"type": "IPAddress"}]));
+    let s = state(&w);
+    assert!(
+        has(&s.conditions, "Programmed", true, "Programmed"),
+        "an empty value is any address"
+    );
+    assert_eq!(s.addresses.len(), 1);
+}
