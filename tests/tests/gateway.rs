@@ -52,6 +52,11 @@ spec:
   - matches: [{path: {type: Exact, value: /none}}]
   - matches: [{path: {type: Exact, value: /post}, method: POST}]
     backendRefs: [{name: b, port: 80}]
+  - matches: [{path: {type: Exact, value: /mirror}}]
+    filters:
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: b, port: 80}}
+    backendRefs: [{name: a, port: 80}]
 "#;
 
 /// A free port on loopback (bound and released).
@@ -176,6 +181,21 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
     )
     .await;
     assert_eq!((code, field(&body, "name")), (200, Some("b")));
+
+    // A mirrored request: the client gets the backend's answer, the mirror gets a copy.
+    let (code, body) = get(gw, host, "/mirror?m=1", "x-env: copy\r\n").await;
+    assert_eq!((code, field(&body, "name")), (200, Some("a")));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            b.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|r| r.contains("target=/mirror?m=1\n") && r.contains("x-env=copy\n"))
+        })
+        .await,
+        "the mirror got a copy"
+    );
 
     // The Ingress listeners never route by the Gateway's rules.
     assert_eq!(

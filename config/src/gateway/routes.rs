@@ -20,6 +20,20 @@ use crate::gateway_model::{
 use crate::model::{BalancePolicy, ClusterKey, ClusterSpec, ObjectRef};
 use crate::world::{Key, World};
 
+/// A [`BackendRef`] from a backendRef of whichever generated type (a rule's backendRefs and a
+/// mirror filter's have types of their own with the same fields).
+macro_rules! backend_ref {
+    ($b:expr) => {
+        BackendRef {
+            group: $b.group.as_deref(),
+            kind: $b.kind.as_deref(),
+            name: &$b.name,
+            namespace: $b.namespace.as_deref(),
+            port: $b.port,
+        }
+    };
+}
+
 /// A compiled match with its precedence key.
 pub(super) struct Ranked {
     pub rank: Rank,
@@ -278,7 +292,10 @@ fn compile_rules(
     };
     for (ri, rule) in rules.iter().enumerate() {
         let filters = match filters(rule.filters.as_deref().unwrap_or_default()) {
-            Ok(f) => f,
+            Ok(mut f) => {
+                f.mirrors = mirrors(world, ns, rule, (balance, max), &mut out);
+                f
+            }
             Err(msg) => {
                 out.unsupported.get_or_insert(Cond::new(
                     "Accepted",
@@ -304,13 +321,7 @@ fn compile_rules(
                 }
             };
             let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-            let r = BackendRef {
-                group: b.group.as_deref(),
-                kind: b.kind.as_deref(),
-                name: &b.name,
-                namespace: b.namespace.as_deref(),
-                port: b.port,
-            };
+            let r = backend_ref!(b);
             let target = match resolve_backend(world, ns, r, balance, max) {
                 Ok(spec) => {
                     let key: ClusterKey = spec.key.clone();
@@ -571,10 +582,53 @@ fn filters(list: &[HttpRouteRulesFilters]) -> Result<Filters, String> {
                     }),
                 });
             }
+            // Resolved with the backends (`mirrors`): it names a Service.
+            HttpRouteRulesFiltersType::RequestMirror => {}
             ref other => return Err(format!("filter {other:?} is not supported")),
         }
     }
     Ok(out)
+}
+
+/// A rule's `RequestMirror` filters, their backends resolved like backendRefs (one that
+/// cannot be used sets `ResolvedRefs` and mirrors nothing).
+fn mirrors(
+    world: &World,
+    ns: &str,
+    rule: &HttpRouteRules,
+    (balance, max): (&BalancePolicy, Option<u32>),
+    out: &mut Compiled,
+) -> Vec<crate::gateway_model::MirrorFilter> {
+    let mut found = Vec::new();
+    for f in rule.filters.iter().flatten() {
+        let Some(m) = f.request_mirror.as_ref() else {
+            continue;
+        };
+        let b = &m.backend_ref;
+        let r = backend_ref!(b);
+        match resolve_backend(world, ns, r, balance, max) {
+            Ok(spec) => {
+                let (numerator, denominator) = match (&m.fraction, m.percent) {
+                    (Some(fr), _) => (fr.numerator, fr.denominator.unwrap_or(100)),
+                    (None, Some(p)) => (p, 100),
+                    (None, None) => (1, 1),
+                };
+                let denominator = u32::try_from(denominator).unwrap_or(100).max(1);
+                found.push(crate::gateway_model::MirrorFilter {
+                    target: spec.key.clone(),
+                    numerator: u32::try_from(numerator).unwrap_or(0).min(denominator),
+                    denominator,
+                });
+                out.clusters.push(spec);
+            }
+            Err(e) => {
+                if out.resolved.status {
+                    out.resolved = Cond::new("ResolvedRefs", false, e.reason, e.message);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// A Gateway API duration (`1h30m`, `500ms`, `0s`: one to four number–unit pairs).

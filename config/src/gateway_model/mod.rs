@@ -375,4 +375,17 @@ pub struct Filters {
     pub redirect: Option<RedirectFilter>,
     /// `URLRewrite`.
     pub rewrite: Option<RewriteFilter>,
+    /// `RequestMirror`: copies of each request sent to these pools, their answers ignored.
+    pub mirrors: Vec<MirrorFilter>,
+}
+
+/// A `RequestMirror` filter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MirrorFilter {
+    /// The pool copies go to.
+    pub target: ClusterKey,
+    /// The share of requests mirrored: `numerator` in `denominator`.
+    pub numerator: u32,
+    /// See `numerator` (never 0).
+    pub denominator: u32,
 }

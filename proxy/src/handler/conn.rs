@@ -137,6 +137,17 @@ impl ConnInfo {
         self
     }
 
+    /// What [`Self::proxy_headers`] borrows, owned: for a request that outlives the handler
+    /// (a mirrored copy): the client's IP and our port as header values, TLS, trusted.
+    pub(crate) fn proxy_fields(&self) -> (HeaderValue, HeaderValue, bool, bool) {
+        (
+            self.client_ip.clone(),
+            self.local_port.clone(),
+            self.tls,
+            self.trusted,
+        )
+    }
+
     /// The proxy headers requests from this connection get.
     pub fn proxy_headers(&self) -> ProxyHeaders<'_> {
         ProxyHeaders {

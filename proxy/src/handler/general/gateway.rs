@@ -68,6 +68,7 @@ pub(crate) async fn serve(
         None => return failed(dp, version, "the rule has no backend"),
     };
     edit_request(&rule.filters, &rule.path, &mut req);
+    mirror(compiled, conn, &req);
     if let Some(own) = own {
         edit(&own.request_headers, req.headers_mut());
     }
@@ -78,6 +79,65 @@ pub(crate) async fn serve(
         edit(&own.response_headers, resp.headers_mut());
     }
     finish(dp, conn, action, resp, http1, started)
+}
+
+/// `RequestMirror`: a copy of the request (as the rule's filters made it) to each mirror pool,
+/// in the rule's share, in a task of its own; the answer is read and dropped, and the client's
+/// request never waits for it. Only requests without a body are mirrored (a body would have
+/// to be held for the copy), and only to HTTP/1 pools.
+fn mirror(
+    c: &crate::state::routes::gateway::CompiledRule,
+    conn: &ConnInfo,
+    req: &Request<Option<Incoming>>,
+) {
+    use hyper::body::Body;
+    if c.mirrors.is_empty() || req.body().as_ref().is_some_and(|b| !b.is_end_stream()) {
+        return;
+    }
+    for (cluster, numerator, denominator) in &c.mirrors {
+        if cluster.protocol.is_h2() || fastrand::u32(0..*denominator) >= *numerator {
+            continue;
+        }
+        let mut headers = req.headers().clone();
+        crate::wire::hop::strip(&mut headers, false);
+        if let Some(a) = req
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            headers.insert(header::HOST, a);
+        }
+        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let Ok(mut copy) = Request::builder()
+            .method(req.method().clone())
+            .uri(pq)
+            .body(crate::upstream::body::ReqBody::empty())
+        else {
+            continue;
+        };
+        *copy.headers_mut() = headers;
+        let cluster = std::sync::Arc::clone(cluster);
+        let (client_ip, port, tls, trusted) = conn.proxy_fields();
+        tokio::spawn(async move {
+            let fwd = crate::wire::forwarded::ProxyHeaders {
+                client_ip: &client_ip,
+                tls,
+                port: &port,
+                request_id: None,
+                trusted,
+                underscores: false,
+            };
+            let once = sluice_config::NextUpstream {
+                on_error: false,
+                non_idempotent: false,
+                tries: Some(1),
+            };
+            let plan = crate::upstream::retry::Plan::new(copy.method(), &once, 1, None);
+            let sending =
+                crate::upstream::retry::send(&cluster, copy, plan, &fwd, std::time::Instant::now());
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), sending).await;
+        });
+    }
 }
 
 /// 500: the share of a rule's requests whose backend cannot be used, as the spec asks.

@@ -35,6 +35,9 @@ pub struct CompiledRule {
     pub backends: Vec<(Backend, u32, usize)>,
     /// The sum of the weights.
     pub total: u32,
+    /// `RequestMirror`: the pools copies go to, with the share mirrored (numerator,
+    /// denominator).
+    pub mirrors: Vec<(Arc<crate::upstream::cluster::Cluster>, u32, u32)>,
 }
 
 impl CompiledRule {
@@ -212,7 +215,21 @@ fn compile_listener(
 }
 
 fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
-    let mut out = CompiledRule::default();
+    let mut out = CompiledRule {
+        mirrors: r
+            .filters
+            .mirrors
+            .iter()
+            .filter_map(|m| {
+                Some((
+                    Arc::clone(cx.clusters.get(&m.target)?),
+                    m.numerator,
+                    m.denominator,
+                ))
+            })
+            .collect(),
+        ..CompiledRule::default()
+    };
     // `0s`: no limit (the deadline is then far beyond any client's patience).
     let timeout = r.timeout.map(|t| {
         if t.is_zero() {
