@@ -52,6 +52,8 @@ spec:
   - matches: [{path: {type: Exact, value: /none}}]
   - matches: [{path: {type: Exact, value: /post}, method: POST}]
     backendRefs: [{name: b, port: 80}]
+  - matches: [{path: {type: Exact, value: "/v1;x"}}]
+    backendRefs: [{name: b, port: 80}]
   - matches: [{path: {type: Exact, value: /mirror}}]
     filters:
     - type: RequestMirror
@@ -181,6 +183,23 @@ async fn gateway_sockets_and_httproute_rules_serve_and_follow_changes() {
     )
     .await;
     assert_eq!((code, field(&body, "name")), (200, Some("b")));
+
+    // Paths are matched on the route view, as Ingress paths are: an encoded separator is a
+    // separator, and a path whose literal reading is another rule's is refused.
+    let (code, body) = get(gw, host, "/v1%2Fx", "").await;
+    assert_eq!((code, field(&body, "name")), (200, Some("a")), "{body}");
+    assert_eq!(
+        get(gw, host, "/v1;x", "").await.0,
+        400,
+        "read as /v1 it is one rule's, read literally another's"
+    );
+    let (code, body) = get(gw, host, "/old%2Frest", "").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        field(&body, "target"),
+        Some("/new/rest"),
+        "the prefix is replaced on the view: {body}"
+    );
 
     // A mirrored request: the client gets the backend's answer, the mirror gets a copy.
     let (code, body) = get(gw, host, "/mirror?m=1", "x-env: copy\r\n").await;

@@ -13,6 +13,7 @@ use sluice_config::gateway_model::{
     Filters, HeaderEdits, PathModifier, PathRule, RedirectFilter, RequestFacts,
 };
 use sluice_config::host::{HostBuf, normalize_request_host};
+use sluice_config::request_path;
 
 use super::{finish, request_host, respond_local, route};
 use crate::handler::conn::ConnInfo;
@@ -34,19 +35,32 @@ pub(crate) async fn serve(
     let raw_host = request_host(&req).unwrap_or("").to_string();
     let mut buf = HostBuf::default();
     let host = normalize_request_host(&raw_host, &mut buf);
+    // Matched on the path's route view (encoded separators read, `;` parameters dropped), as
+    // Ingress routes are; when the view differs, the path read literally must not be another
+    // rule's (400), so no backend serves a request matched as another rule's.
+    let path = req.uri().path().to_string();
+    let view = request_path::route_view(&path);
     let (rule, compiled) = {
         let headers = req.headers();
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let facts = RequestFacts {
-            path: req.uri().path(),
-            method: req.method().as_str(),
-            query: req.uri().query(),
-            header: &header,
+        let find = |p: &str| {
+            let facts = RequestFacts {
+                path: p,
+                method: req.method().as_str(),
+                query: req.uri().query(),
+                header: &|name: &str| headers.get(name).and_then(|v| v.to_str().ok()),
+            };
+            table
+                .gateway()
+                .find(table.snapshot(), conn.local, host, &facts)
         };
-        match table
-            .gateway()
-            .find(table.snapshot(), conn.local, host, &facts)
+        let found = find(&view);
+        if *view != *path
+            && let (Found::Rule(a, _), Found::Rule(b, _)) = (&found, find(&path))
+            && !std::ptr::eq(*a, b)
         {
+            return respond_local(dp, Local::InvalidPath, version);
+        }
+        match found {
             Found::None => return respond_local(dp, Local::NoRoute, version),
             Found::Rule(rule, compiled) => (rule, compiled),
         }
@@ -55,7 +69,7 @@ pub(crate) async fn serve(
         let scheme = if conn.tls { "https" } else { "http" };
         return redirect(
             r,
-            &rule.path,
+            (&rule.path, &view),
             scheme,
             host.unwrap_or(""),
             conn.local.port(),
@@ -67,7 +81,7 @@ pub(crate) async fn serve(
         Some((Backend::Invalid(why), _)) => return failed(dp, version, why),
         None => return failed(dp, version, "the rule has no backend"),
     };
-    edit_request(&rule.filters, &rule.path, &mut req);
+    edit_request(&rule.filters, (&rule.path, &view), &mut req);
     mirror(compiled, conn, &req);
     if let Some(own) = own {
         edit(&own.request_headers, req.headers_mut());
@@ -196,14 +210,20 @@ fn modify_path(m: &PathModifier, matched: &PathRule, path: &str) -> String {
     }
 }
 
-fn edit_request(f: &Filters, matched: &PathRule, req: &mut Request<Option<Incoming>>) {
+/// `seen`: the matched rule's path and the path as it was matched (the route view), from which
+/// a prefix is replaced.
+fn edit_request(
+    f: &Filters,
+    (matched, seen): (&PathRule, &str),
+    req: &mut Request<Option<Incoming>>,
+) {
     edit(&f.request_headers, req.headers_mut());
     let Some(rw) = &f.rewrite else {
         return;
     };
     let mut parts = req.uri().clone().into_parts();
     if let Some(p) = &rw.path {
-        let path = modify_path(p, matched, req.uri().path());
+        let path = modify_path(p, matched, seen);
         let pq = match req.uri().query() {
             Some(q) => format!("{path}?{q}"),
             None => path,
@@ -232,7 +252,7 @@ fn edit_request(f: &Filters, matched: &PathRule, req: &mut Request<Option<Incomi
 /// out of `Location`, as the spec asks.
 fn redirect(
     r: &RedirectFilter,
-    matched: &PathRule,
+    (matched, seen): (&PathRule, &str),
     scheme: &str,
     host: &str,
     listener_port: u16,
@@ -247,7 +267,7 @@ fn redirect(
     let port = port.filter(|p| !matches!((to_scheme, p), ("http", 80) | ("https", 443)));
     let host = r.hostname.as_deref().unwrap_or(host);
     let path = match &r.path {
-        Some(m) => modify_path(m, matched, uri.path()),
+        Some(m) => modify_path(m, matched, seen),
         None => uri.path().to_string(),
     };
     let mut location = format!("{to_scheme}://{host}");
@@ -298,7 +318,7 @@ mod tests {
         let uri: Uri = "/a?b=c".parse().unwrap_or_default();
         let m = PathRule::Prefix(String::new());
         let loc = |r: RedirectFilter, scheme: &str, port: u16| {
-            redirect(&r, &m, scheme, "h.com", port, &uri)
+            redirect(&r, (&m, uri.path()), scheme, "h.com", port, &uri)
                 .headers()
                 .get(header::LOCATION)
                 .and_then(|v| v.to_str().ok())
