@@ -88,7 +88,7 @@ pub(super) fn plan<'w>(
         .filter(|g| classes.contains_key(&g.spec.gateway_class_name))
         .collect();
     ours.sort_by_cached_key(|g| age(g));
-    let addresses = assign_addresses(&ours, &opts.addresses);
+    let addresses = assign_addresses(&ours, &opts.addresses, &opts.sticky);
     ours.into_iter()
         .zip(addresses)
         .map(|(g, (addr, address_problem))| {
@@ -159,7 +159,11 @@ fn request(g: &Gateway) -> Request {
 /// An address type other than `IPAddress` is `UnsupportedAddress` (the Gateway is not
 /// accepted); a requested address that is not a free one of the pool, or more than one, is
 /// `AddressNotUsable`.
-fn assign_addresses(gws: &[&Gateway], pool: &[IpAddr]) -> Vec<Assigned> {
+fn assign_addresses(
+    gws: &[&Gateway],
+    pool: &[IpAddr],
+    sticky: &BTreeMap<Key, IpAddr>,
+) -> Vec<Assigned> {
     let requests: Vec<Request> = gws.iter().map(|g| request(g)).collect();
     let mut taken: BTreeSet<IpAddr> = BTreeSet::new();
     let mut out: Vec<Assigned> = vec![(None, None); gws.len()];
@@ -199,6 +203,7 @@ fn assign_addresses(gws: &[&Gateway], pool: &[IpAddr]) -> Vec<Assigned> {
             .and_then(|s| s.addresses.as_deref())
             .and_then(|a| a.first())
             .and_then(|a| a.value.parse::<IpAddr>().ok())
+            .or_else(|| sticky.get(&crate::world::key_of(&g.metadata)).copied())
             .filter(|ip| pool.contains(ip) && !taken.contains(ip));
         if let Some(ip) = kept {
             taken.insert(ip);

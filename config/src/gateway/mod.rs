@@ -68,6 +68,10 @@ pub struct GatewayOptions {
     /// listener that would need one of their ports on an address they cover is refused
     /// (`PortUnavailable`), never served by the other side's rules.
     pub ingress_listeners: Vec<std::net::SocketAddr>,
+    /// The addresses the last translation gave each Gateway: kept, like the one a Gateway's
+    /// status shows, so that an address never moves while status writes lag behind a burst
+    /// of Gateways coming and going.
+    pub sticky: BTreeMap<crate::world::Key, IpAddr>,
 }
 
 impl Default for GatewayOptions {
@@ -76,6 +80,7 @@ impl Default for GatewayOptions {
             controller_name: DEFAULT_GATEWAY_CONTROLLER.to_string(),
             addresses: Vec::new(),
             ingress_listeners: Vec::new(),
+            sticky: BTreeMap::new(),
         }
     }
 }

@@ -663,3 +663,44 @@ fn requested_addresses_unsupported_unusable_usable_and_empty() {
     );
     assert_eq!(s.addresses.len(), 1);
 }
+
+#[test]
+fn addresses_stay_put_while_status_lags() {
+    let mut w = world();
+    gateway(
+        &mut w,
+        "infra",
+        "a",
+        0,
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
+    );
+    gateway(
+        &mut w,
+        "infra",
+        "b",
+        1,
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
+    );
+    let mut o = opts();
+    let out = translate(&w, &o, &Settings::default());
+    let b = ("infra".to_string(), "b".to_string());
+    assert_eq!(
+        out.status.gateways[&b].addresses,
+        vec!["198.18.0.17".to_string()]
+    );
+    // The controller hands the last assignment back; b's status is not written yet when the
+    // older Gateway goes.
+    o.sticky = out
+        .status
+        .gateways
+        .iter()
+        .filter_map(|(k, g)| Some((k.clone(), g.addresses.first()?.parse().ok()?)))
+        .collect();
+    w.gateways.remove(&("infra".to_string(), "a".to_string()));
+    let out = translate(&w, &o, &Settings::default());
+    assert_eq!(
+        out.status.gateways[&b].addresses,
+        vec!["198.18.0.17".to_string()],
+        "b keeps its address"
+    );
+}

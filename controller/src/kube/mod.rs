@@ -69,6 +69,7 @@ pub async fn start(
         controller_name: args.gateway_controller_name.clone(),
         addresses: args.gateway_addresses.0.clone(),
         ingress_listeners: running.listen_addrs(),
+        sticky: Default::default(),
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let gateway_api = gateway_watch::served(&client).await;

@@ -307,6 +307,12 @@ impl Rebuilder {
     pub fn rebuild(&mut self) -> Arc<Snapshot> {
         let started = std::time::Instant::now();
         let (snapshot, gateway) = translate_all(&self.world, &self.opts);
+        // Each Gateway keeps its address in the next translation, whatever its status shows yet.
+        self.opts.gateway.sticky = gateway
+            .gateways
+            .iter()
+            .filter_map(|(k, g)| Some((k.clone(), g.addresses.first()?.parse().ok()?)))
+            .collect();
         let gateway = super::gateway_status::Desired::new(gateway, &self.world, &self.opts);
         let translate_time = started.elapsed();
         let mut by_service: HashMap<Key, Vec<ClusterKey>> = HashMap::new();
