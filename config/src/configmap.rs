@@ -452,7 +452,7 @@ fn source_ranges(data: &BTreeMap<String, String>, settings: &mut Settings, out: 
     let allow = list("whitelist-source-range");
     let deny = list("denylist-source-range");
     let block = list("block-cidrs");
-    settings.source_ranges = crate::behaviour::SourceRanges { allow, deny };
+    settings.source_ranges = crate::route_policy::SourceRanges { allow, deny };
     settings.block_cidrs = if unreadable { everyone() } else { block };
 }
 

@@ -10,7 +10,6 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
-pub mod behaviour;
 pub mod cidr;
 pub mod configmap;
 pub mod gateway;
@@ -25,6 +24,7 @@ pub mod pem;
 pub mod refs;
 pub mod request_path;
 pub mod resolve;
+pub mod route_policy;
 pub mod snapshot;
 pub mod translate;
 pub mod world;

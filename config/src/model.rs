@@ -266,9 +266,9 @@ pub struct RouteOptions {
     /// Retry rules.
     pub next_upstream: NextUpstream,
     /// Everything else the ingress-nginx annotations ask of a route.
-    pub edits: crate::behaviour::RouteEdits,
+    pub edits: crate::route_policy::RouteEdits,
     /// Body size and response-head timeout.
-    pub limits: crate::behaviour::RouteLimits,
+    pub limits: crate::route_policy::RouteLimits,
 }
 
 /// One path rule of a virtual host.
@@ -283,7 +283,7 @@ pub struct Route {
     /// Per-Ingress options.
     pub options: RouteOptions,
     /// A canary Ingress for the same host and path (ingress-nginx's `canary` annotations).
-    pub canary: Option<Box<crate::behaviour::Canary>>,
+    pub canary: Option<Box<crate::route_policy::Canary>>,
     /// `default-backend`: where requests go when the route's pool has no endpoint, and where
     /// `custom-http-errors` are served from.
     pub fallback: Option<RouteAction>,
@@ -339,7 +339,7 @@ pub struct Settings {
     pub hsts: Option<Hsts>,
     /// Limits for routes whose Ingress does not say (the controller ConfigMap); `None` fields
     /// leave the flags in force.
-    pub limits: crate::behaviour::RouteLimits,
+    pub limits: crate::route_policy::RouteLimits,
     /// The ConfigMap's `global-auth-*` keys as the `auth-*` annotations they stand for (empty:
     /// no global authentication). Every Ingress without its own `auth-url`/`auth-type` and
     /// without `enable-global-auth: "false"` gets them.
@@ -370,7 +370,7 @@ pub struct Settings {
     pub allowed_response_headers: Vec<String>,
     /// The controller ConfigMap's `whitelist-source-range` and `denylist-source-range`: the
     /// source ranges of every route whose Ingress sets no list of that kind itself.
-    pub source_ranges: crate::behaviour::SourceRanges,
+    pub source_ranges: crate::route_policy::SourceRanges,
     /// The controller ConfigMap's `block-cidrs`: clients answered 403 on every request,
     /// whatever the route (nginx's `deny` for the whole server).
     pub block_cidrs: Vec<crate::cidr::Cidr>,
@@ -378,7 +378,7 @@ pub struct Settings {
     /// Secret of another namespace (`auth-secret`, `auth-tls-secret`).
     pub allow_cross_namespace: bool,
     /// `--auth-url-allow`: the hosts outside the cluster an `auth-url` may call.
-    pub auth_url_allow: crate::behaviour::AuthUrlAllow,
+    pub auth_url_allow: crate::route_policy::AuthUrlAllow,
 }
 
 /// The TLS versions and TLS 1.2 cipher suites the HTTPS listener offers (the controller
@@ -401,7 +401,7 @@ impl Default for Settings {
             ssl_redirect: true,
             max_in_flight: None,
             hsts: None,
-            limits: crate::behaviour::RouteLimits::default(),
+            limits: crate::route_policy::RouteLimits::default(),
             global_auth: BTreeMap::new(),
             no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
             server_tls: ServerTls::default(),
@@ -412,13 +412,13 @@ impl Default for Settings {
             keep_alive: None,
             keep_alive_requests: None,
             allowed_response_headers: Vec::new(),
-            source_ranges: crate::behaviour::SourceRanges {
+            source_ranges: crate::route_policy::SourceRanges {
                 allow: Vec::new(),
                 deny: Vec::new(),
             },
             block_cidrs: Vec::new(),
             allow_cross_namespace: false,
-            auth_url_allow: crate::behaviour::AuthUrlAllow::default(),
+            auth_url_allow: crate::route_policy::AuthUrlAllow::default(),
         }
     }
 }

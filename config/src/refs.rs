@@ -1,6 +1,6 @@
 //! The names of things: a Kubernetes object ([`ObjectRef`]), an upstream pool ([`ClusterKey`]),
 //! and where a matched request goes ([`RouteAction`]). The bottom of the model: the route edits
-//! (`behaviour`) and the model itself name objects and pools with these.
+//! (`route_policy`) and the model itself name objects and pools with these.
 
 use std::fmt;
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sluice_config::translate::HostOwnership;
 use sluice_config::{BalancePolicy, ObjectRef, Settings, TranslateOptions};
+use sluice_proxy::server::sockets::{ListenerSet, Role};
 use sluice_proxy::server::tls::TlsOptions;
 use sluice_proxy::state::certs::LoadedCert;
 use sluice_proxy::upstream::pool::UpstreamSettings;
@@ -84,6 +85,7 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     server: Server,
     admin: JoinHandle<()>,
+    handed_over: Option<crate::handover::StoppedAccepting>,
 }
 
 impl Running {
@@ -92,6 +94,17 @@ impl Running {
         c: &CommonArgs,
         defaults: Defaults,
         default_cert: Option<LoadedCert>,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(c, defaults, default_cert, Vec::new()).await
+    }
+
+    /// [`start`](Self::start), listening on the sockets a predecessor handed over where their
+    /// role and address are the ones asked for (`--handover`); the rest are bound.
+    pub async fn start_with(
+        c: &CommonArgs,
+        defaults: Defaults,
+        default_cert: Option<LoadedCert>,
+        handed_over: Vec<(Role, std::net::TcpListener)>,
     ) -> anyhow::Result<Self> {
         sluice_proxy::crypto::install_default_provider();
         let http = listen_addr(c.http_listen.as_deref(), defaults.http)
@@ -159,7 +172,16 @@ impl Running {
             fast_path: c.fast_path,
             ..ServerOptions::default()
         };
-        let admin_listener = sluice_proxy::server::listener::bind(c.admin_listen)
+        let mut server = Server::new(Arc::clone(&dp), opts);
+        let sockets = Arc::clone(server.sockets());
+        for (role, l) in handed_over {
+            sockets
+                .inherit(role, l)
+                .context("a socket handed over by the predecessor")?;
+        }
+        let bind = sluice_proxy::server::listener::bind;
+        let admin_listener = sockets
+            .listen(Role::Admin, c.admin_listen, bind)
             .with_context(|| format!("binding --admin-listen {}", c.admin_listen))?;
         let admin_addr = admin_listener.local_addr()?;
         let admin_opts = sluice_proxy::admin::AdminOptions {
@@ -172,10 +194,9 @@ impl Running {
             Arc::clone(&dp),
             admin_opts,
         ));
-        let mut server = Server::new(Arc::clone(&dp), opts);
         let mut http_addr = None;
         if let Some(a) = http {
-            let l = sluice_proxy::server::listener::bind(a).with_context(|| {
+            let l = sockets.listen(Role::Http, a, bind).with_context(|| {
                 format!(
                     "binding --http-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
                 )
@@ -185,7 +206,7 @@ impl Running {
         }
         let mut https_addr = None;
         if let Some(a) = https {
-            let l = sluice_proxy::server::listener::bind(a).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
+            let l = sockets.listen(Role::Https, a, bind).with_context(|| format!("binding --https-listen {a} (ports below 1024 need root or CAP_NET_BIND_SERVICE)"))?;
             let bound = l.local_addr()?;
             dp.set_https_port(bound.port());
             https_addr = Some(bound);
@@ -210,6 +231,8 @@ impl Running {
                 session_resumption: c.tls_session_resumption,
             },
         ));
+        // A handed-over Ingress or admin socket this configuration does not use closes now.
+        sockets.drop_unclaimed(|r| !matches!(r, Role::Gateway { .. }));
         let shown = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
         tracing::info!(http = %shown(http_addr), https = %shown(https_addr), admin = %admin_addr, "listening");
         Ok(Self {
@@ -219,6 +242,7 @@ impl Running {
             admin_addr,
             server,
             admin,
+            handed_over: None,
         })
     }
 
@@ -227,10 +251,32 @@ impl Running {
         self.http_addr.into_iter().chain(self.https_addr).collect()
     }
 
+    /// The listening sockets (for `--handover`).
+    pub fn sockets(&self) -> Arc<ListenerSet> {
+        Arc::clone(self.server.sockets())
+    }
+
+    /// A successor took the sockets over (`--handover`): the next [`shutdown`](Self::shutdown)
+    /// stops the admin listener at once with the others (the successor answers the probes
+    /// now) and tells the successor when nothing here accepts any more.
+    pub fn hand_over(&mut self, ack: crate::handover::StoppedAccepting) {
+        self.handed_over = Some(ack);
+    }
+
     /// Drains and stops: readiness false, listeners closed, connections finish within `deadline`.
     pub async fn shutdown(self, deadline: Duration) -> bool {
-        let done = self.server.shutdown(deadline).await;
-        self.admin.abort();
+        let handed_over = self.handed_over;
+        let admin = self.admin;
+        let done = self
+            .server
+            .shutdown_then(deadline, || {
+                if let Some(ack) = handed_over {
+                    admin.abort();
+                    ack.done();
+                }
+            })
+            .await;
+        admin.abort();
         if self.dp.access_log().is_some() {
             let dp = Arc::clone(&self.dp);
             let _ = tokio::task::spawn_blocking(move || {
@@ -252,25 +298,22 @@ impl Running {
     }
 }
 
-/// Resolves when SIGTERM or SIGINT arrives.
-pub async fn termination() {
+/// Resolves when SIGTERM or SIGINT arrives. SIGTERM's handler is installed when this is
+/// called, not when first polled, and stays for the process's life: a SIGTERM that arrives
+/// once a drain has begun for another reason (a successor took the sockets over) is ignored
+/// instead of killing the process mid-drain.
+pub fn termination() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -17,7 +17,8 @@ use sluice_config::annotations::catalog;
 use sluice_config::annotations::review::{Finding, Verdict, review};
 use sluice_config::annotations::traffic;
 
-use crate::serve::yaml::{self, Object};
+use crate::serve::yaml;
+use sluice_config::world::Object;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

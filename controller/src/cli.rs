@@ -93,8 +93,8 @@ fn parse_cidrs(v: &str) -> Result<CidrList, String> {
         .map_err(|e| e.to_string())
 }
 
-fn parse_auth_url_allow(v: &str) -> Result<sluice_config::behaviour::AuthUrlAllow, String> {
-    sluice_config::behaviour::AuthUrlAllow::parse(v)
+fn parse_auth_url_allow(v: &str) -> Result<sluice_config::route_policy::AuthUrlAllow, String> {
+    sluice_config::route_policy::AuthUrlAllow::parse(v)
 }
 
 fn parse_hash_key(v: &str) -> Result<sluice_config::HashKey, String> {
@@ -148,6 +148,12 @@ pub struct CommonArgs {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", default_value_t = 25)]
     pub shutdown_timeout: u64,
+    /// A unix socket through which a new sluice takes this one's listening sockets over
+    /// (the very sockets: no connection refused or reset), then tells it to drain; this one
+    /// took them from the process serving there, if any. Old and new must see the same path
+    /// (a hostPath directory in the DaemonSet).
+    #[arg(long, env = "SLUICE_HANDOVER")]
+    pub handover: Option<std::path::PathBuf>,
     /// Most client connections open at once.
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 50_000)]
     pub max_connections: usize,
@@ -229,7 +235,7 @@ pub struct CommonArgs {
     /// must resolve into at each call. Empty (the default): an `auth-url` naming a host sluice
     /// does not route answers 500, and sluice sends no request to an address no one chose.
     #[arg(long, env = "SLUICE_AUTH_URL_ALLOW", value_parser = parse_auth_url_allow, default_value = "")]
-    pub auth_url_allow: sluice_config::behaviour::AuthUrlAllow,
+    pub auth_url_allow: sluice_config::route_policy::AuthUrlAllow,
     /// Every connection to the HTTP and HTTPS listeners starts with a PROXY protocol header
     /// (v1 or v2) from an L4 load balancer, naming the client; connections without one are
     /// closed (ingress-nginx: use-proxy-protocol). Only for listeners every client reaches

@@ -7,6 +7,8 @@
 pub mod app;
 pub mod check;
 pub mod cli;
+pub mod endpoints;
+pub mod handover;
 pub mod kube;
 pub mod logging;
 pub mod serve;

@@ -347,7 +347,7 @@ pub fn snapshot(yamls: &[String]) -> sluice_config::Snapshot {
             .unwrap()
             .objects
         {
-            o.put_into(&mut w);
+            w.put(o);
         }
     }
     sluice_config::translate(&w, &sluice_config::TranslateOptions::default())

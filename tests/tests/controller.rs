@@ -169,6 +169,20 @@ async fn status_once(api: &TestApi) {
     let foreign = ingress("foreign", "foreign.test", &[("/", "Prefix", "web")])
         .replace("ingressClassName: sluice", "ingressClassName: other");
     api.apply_yaml(&foreign).await;
+    // Ours by class, but dropped whole by translation (its canary rules cannot be read): the
+    // status writer reads translation's verdict, so it gets no address either.
+    let dropped = |weight: &str| {
+        annotated_ingress(
+            "dropped",
+            "ours.test",
+            &[("/", "Prefix", "web")],
+            &[
+                ("nginx.ingress.kubernetes.io/canary", "true"),
+                ("nginx.ingress.kubernetes.io/canary-weight", weight),
+            ],
+        )
+    };
+    api.apply_yaml(&dropped("ten")).await;
     let c = api.controller("solo", &[]).await;
     assert!(ready(&c).await);
     assert!(
@@ -199,6 +213,8 @@ async fn status_once(api: &TestApi) {
     assert_eq!(patches("ours"), 1, "exactly one status write");
     assert_eq!(patches("foreign"), 0);
     assert!(lb_ingress(api, "foreign").await.is_null());
+    assert_eq!(patches("dropped"), 0, "translation dropped it: no status");
+    assert!(lb_ingress(api, "dropped").await.is_null());
     assert_eq!(
         backend_of(c.running.http_addr.unwrap(), "foreign.test")
             .await
@@ -210,6 +226,15 @@ async fn status_once(api: &TestApi) {
         c.running.dp.generation(),
         generation,
         "the status write did not trigger a rebuild"
+    );
+
+    // Once its canary rules read, translation admits it and it gets its address.
+    api.apply_yaml(&dropped("10")).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lb_ingress(api, "dropped").await == json!([{"ip": "10.1.2.3"}])
+        })
+        .await
     );
 
     // An Ingress that stops being ours gets its status cleared.

@@ -43,7 +43,7 @@ const CONFIG: &[&str] = &[
     "gateway_model",
     "matcher",
     "model",
-    "behaviour",
+    "route_policy",
     "world",
     "gateway_api",
     "host",

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::{AnnotationError, first};
-use crate::behaviour::{Bandwidth, Cors, RateLimits, SourceRanges};
 use crate::cidr::Cidr;
+use crate::route_policy::{Bandwidth, Cors, RateLimits, SourceRanges};
 
 fn cidrs(
     a: &BTreeMap<String, String>,

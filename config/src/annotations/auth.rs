@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 pub use super::SecretName;
 use super::{AnnotationError, err, first, secret_name};
-use crate::behaviour::ExternalOptions;
+use crate::route_policy::ExternalOptions;
 
 /// Where `auth-url` points, and the path (with its query) the subrequest asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub struct AuthUrl {
     pub path: String,
     /// For a named host that is not a Service: the scheme, host and port the URL names, for
     /// a call outside the cluster when the operator allows that host (`--auth-url-allow`).
-    pub origin: Option<crate::behaviour::Origin>,
+    pub origin: Option<crate::route_policy::Origin>,
 }
 
 /// Who answers an `auth-url` subrequest.
@@ -180,7 +180,7 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
         }
         None => AuthHost::Routed(Some(host.clone())),
     };
-    let origin = matches!(target, AuthHost::Routed(_)).then(|| crate::behaviour::Origin {
+    let origin = matches!(target, AuthHost::Routed(_)).then(|| crate::route_policy::Origin {
         https,
         host,
         port,

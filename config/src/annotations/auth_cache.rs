@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use crate::behaviour::{AuthCache, KeyPart};
+pub use crate::route_policy::{AuthCache, KeyPart};
 
 use super::err;
 use super::{AnnotationError, first};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::traffic::flag;
 use super::{AnnotationError, first};
-use crate::behaviour::{HeaderRule, SameSite, SessionCookie};
+use crate::route_policy::{HeaderRule, SameSite, SessionCookie};
 
 /// `affinity: cookie` and its `session-cookie-*` annotations; `None` without affinity.
 /// `affinity-mode` is read (`balanced` or `persistent`) but both behave as balanced.

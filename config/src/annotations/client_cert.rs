@@ -16,7 +16,7 @@ pub struct ClientCertSpec {
     /// `auth-tls-secret` (`NAMESPACE/NAME`, or a name in the Ingress's namespace).
     pub secret: SecretName,
     /// `auth-tls-verify-client`.
-    pub verify: crate::behaviour::VerifyClient,
+    pub verify: crate::route_policy::VerifyClient,
     /// `auth-tls-verify-depth`.
     pub depth: u32,
     /// `auth-tls-error-page`.
@@ -33,7 +33,7 @@ pub struct ClientCertSpec {
 pub fn client_cert(
     a: &BTreeMap<String, String>,
 ) -> Result<Option<ClientCertSpec>, AnnotationError> {
-    use crate::behaviour::VerifyClient;
+    use crate::route_policy::VerifyClient;
     let Some((name, s)) = first(a, &both!("auth-tls-secret")) else {
         for companion in [
             both!("auth-tls-verify-client"),
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn client_certificates_read_their_defaults_and_values() {
-        use crate::behaviour::VerifyClient;
+        use crate::route_policy::VerifyClient;
         assert_eq!(client_cert(&ann(&[])), Ok(None));
         let got = client_cert(&ann(&[("auth-tls-secret", "default/ca")]));
         assert_eq!(

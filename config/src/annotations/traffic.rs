@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AnnotationError, first};
-use crate::behaviour::Redirect;
+use crate::route_policy::Redirect;
 
 /// Reads a boolean annotation spelled `"true"`/`"false"` (any case).
 pub fn flag(

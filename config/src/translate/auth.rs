@@ -8,9 +8,9 @@ use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend, Se
 
 use crate::annotations::auth::{self, AuthHost, AuthSpec};
 use crate::annotations::client_cert::{self as tls_annotations, ClientCertSpec};
-use crate::behaviour::{Auth, AuthTarget, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
 use crate::htpasswd::{DigestUsers, Users};
 use crate::model::{ObjectRef, RouteAction, Severity};
+use crate::route_policy::{Auth, AuthTarget, BasicAuth, ClientCertAuth, DigestAuth, ExternalAuth};
 use crate::world::World;
 
 use super::Problems;
@@ -54,7 +54,7 @@ pub(super) fn resolve(
     ing: &Ingress,
     src: &ObjectRef,
     world: &World,
-    (reach, allow): (super::reach::Reach, &crate::behaviour::AuthUrlAllow),
+    (reach, allow): (super::reach::Reach, &crate::route_policy::AuthUrlAllow),
     backends: &mut Resolver<'_>,
     p: &mut Problems,
 ) -> Result<Option<Auth>, String> {

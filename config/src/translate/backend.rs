@@ -157,51 +157,70 @@ impl<'w> Resolver<'w> {
         pool: &PoolAnnotations,
         p: &mut Problems,
     ) -> RouteAction {
-        let fail = |p: &mut Problems, reason: &'static str, field: String, msg: String| {
-            p.report(
-                Severity::Error,
-                reason,
-                src,
-                field,
-                format!("{msg}; requests answer 503"),
-            );
-            RouteAction::Unavailable(msg)
+        let (svc, port, port_num) = match self.service_port(ns, field, backend) {
+            Ok(found) => found,
+            Err(Unusable(reason, field, msg)) => {
+                let message = format!("{msg}; requests answer 503");
+                p.report(Severity::Error, reason, src, field, message);
+                return RouteAction::Unavailable(msg);
+            }
         };
+        let key = ClusterKey {
+            namespace: ns.to_string(),
+            service: svc.metadata.name.clone().unwrap_or_default(),
+            port: port_num,
+        };
+        let world = self.world;
+        let balance = &self.balance;
+        let default_max = self.max_in_flight;
+        self.clusters
+            .entry(key.clone())
+            .or_insert_with(|| ClusterSpec {
+                key: key.clone(),
+                protocol: app_protocol(port),
+                balance: balance.clone(),
+                endpoints: resolve_endpoints(world, ns, svc, port),
+                max_in_flight: default_max,
+                service_upstream: false,
+                tls: None,
+            });
+        self.pool_annotations(&key, svc, pool, src, p);
+        RouteAction::Cluster(key)
+    }
+
+    /// The Service and port a backend names, or why it cannot be used.
+    fn service_port(
+        &self,
+        ns: &str,
+        field: &str,
+        backend: &IngressBackend,
+    ) -> Result<(&'w Service, &'w ServicePort, u16), Unusable> {
         if backend.resource.is_some() {
-            return fail(
-                p,
+            let msg = "resource backends are not supported".to_string();
+            return Err(Unusable(
                 "UnsupportedBackend",
                 format!("{field}.resource"),
-                "resource backends are not supported".into(),
-            );
+                msg,
+            ));
         }
         let Some(sb) = &backend.service else {
-            return fail(
-                p,
-                "InvalidBackend",
-                field.to_string(),
-                "backend names no service".into(),
-            );
+            let msg = "backend names no service".to_string();
+            return Err(Unusable("InvalidBackend", field.to_string(), msg));
         };
-        let Some(svc) = self.world.services.get(&(ns.to_string(), sb.name.clone())) else {
-            return fail(
-                p,
-                "ServiceNotFound",
-                format!("{field}.service.name"),
-                format!("Service {ns}/{} not found", sb.name),
-            );
+        let name_field = || format!("{field}.service.name");
+        let port_field = || format!("{field}.service.port");
+        let world: &'w World = self.world;
+        let Some(svc) = world.services.get(&(ns.to_string(), sb.name.clone())) else {
+            let msg = format!("Service {ns}/{} not found", sb.name);
+            return Err(Unusable("ServiceNotFound", name_field(), msg));
         };
         let spec = svc.spec.as_ref();
         if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
-            return fail(
-                p,
-                "UnsupportedBackend",
-                format!("{field}.service.name"),
-                format!(
-                    "Service {ns}/{} is of type ExternalName, which is not supported",
-                    sb.name
-                ),
+            let msg = format!(
+                "Service {ns}/{} is of type ExternalName, which is not supported",
+                sb.name
             );
+            return Err(Unusable("UnsupportedBackend", name_field(), msg));
         }
         let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
         let want = sb.port.as_ref();
@@ -219,52 +238,34 @@ impl<'w> Resolver<'w> {
                 .ok_or_else(|| format!("Service {ns}/{} has no port named {name:?}", sb.name)),
             (None, None) => Err("backend.service.port needs a number or a name".to_string()),
         };
-        let port = match port {
-            Ok(pt) => pt,
-            Err(msg) => {
-                return fail(
-                    p,
-                    "ServicePortNotFound",
-                    format!("{field}.service.port"),
-                    msg,
-                );
-            }
-        };
+        let port = port.map_err(|msg| Unusable("ServicePortNotFound", port_field(), msg))?;
         let Ok(port_num) = u16::try_from(port.port) else {
-            return fail(
-                p,
-                "ServicePortNotFound",
-                format!("{field}.service.port"),
-                format!(
-                    "Service {ns}/{} port {} is out of range",
-                    sb.name, port.port
-                ),
+            let msg = format!(
+                "Service {ns}/{} port {} is out of range",
+                sb.name, port.port
             );
+            return Err(Unusable("ServicePortNotFound", port_field(), msg));
         };
-        let key = ClusterKey {
-            namespace: ns.to_string(),
-            service: sb.name.clone(),
-            port: port_num,
+        Ok((svc.as_ref(), port, port_num))
+    }
+
+    /// The pool-wide annotations of the Ingress on the pool `key` (the oldest Ingress that sets
+    /// one wins it; the others are told).
+    fn pool_annotations(
+        &mut self,
+        key: &ClusterKey,
+        svc: &Service,
+        pool: &PoolAnnotations,
+        src: &ObjectRef,
+        p: &mut Problems,
+    ) {
+        let Some(cluster) = self.clusters.get_mut(key) else {
+            return;
         };
-        let world = self.world;
-        let balance = &self.balance;
-        let default_max = self.max_in_flight;
-        let cluster = self
-            .clusters
-            .entry(key.clone())
-            .or_insert_with(|| ClusterSpec {
-                key: key.clone(),
-                protocol: app_protocol(port),
-                balance: balance.clone(),
-                endpoints: resolve_endpoints(world, ns, svc, port),
-                max_in_flight: default_max,
-                service_upstream: false,
-                tls: None,
-            });
         if let Some(proto) = pool.protocol {
             first_wins(
                 (&mut cluster.protocol, proto),
-                (&mut self.protocol_set_by, &key, src),
+                (&mut self.protocol_set_by, key, src),
                 "backend-protocol",
                 p,
             );
@@ -272,7 +273,7 @@ impl<'w> Resolver<'w> {
         if let Some(balance) = &pool.balance {
             first_wins(
                 (&mut cluster.balance, balance.clone()),
-                (&mut self.balance_set_by, &key, src),
+                (&mut self.balance_set_by, key, src),
                 "load-balance/upstream-hash-by",
                 p,
             );
@@ -280,7 +281,7 @@ impl<'w> Resolver<'w> {
         if let Some(max) = pool.max_in_flight {
             first_wins(
                 (&mut cluster.max_in_flight, (max > 0).then_some(max)),
-                (&mut self.max_set_by, &key, src),
+                (&mut self.max_set_by, key, src),
                 "upstream-max-connections",
                 p,
             );
@@ -288,7 +289,7 @@ impl<'w> Resolver<'w> {
         if let Some(tls) = &pool.tls {
             first_wins(
                 (&mut cluster.tls, Some(tls.clone())),
-                (&mut self.tls_set_by, &key, src),
+                (&mut self.tls_set_by, key, src),
                 "proxy-ssl-secret",
                 p,
             );
@@ -296,12 +297,12 @@ impl<'w> Resolver<'w> {
         if let Some(via) = pool.service_upstream {
             first_wins(
                 (&mut cluster.service_upstream, via),
-                (&mut self.via_cluster_ip_set_by, &key, src),
+                (&mut self.via_cluster_ip_set_by, key, src),
                 "service-upstream",
                 p,
             );
             if cluster.service_upstream {
-                match cluster_ip(svc, port_num) {
+                match cluster_ip(svc, key.port) {
                     Some(ep) => cluster.endpoints = vec![ep],
                     None => {
                         cluster.service_upstream = false;
@@ -310,15 +311,20 @@ impl<'w> Resolver<'w> {
                             "NoClusterIP",
                             src,
                             "metadata.annotations[nginx.ingress.kubernetes.io/service-upstream]",
-                            format!("Service {ns}/{} has no ClusterIP (headless?); its endpoints are used", sb.name),
+                            format!(
+                                "Service {}/{} has no ClusterIP (headless?); its endpoints are used",
+                                key.namespace, key.service
+                            ),
                         );
                     }
                 }
             }
         }
-        RouteAction::Cluster(key)
     }
 }
+
+/// Why a backend cannot be used: the reason, the field, the message.
+struct Unusable(&'static str, String, String);
 
 /// The Service's ClusterIP and port as the pool's one endpoint (`service-upstream`).
 fn cluster_ip(svc: &Service, port: u16) -> Option<EndpointSpec> {

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::annotations::backends::CanaryRules;
 use crate::annotations::traffic::path_regex;
-use crate::behaviour::Canary;
 use crate::model::{HostMatch, ObjectRef, PathKind, PathMatch, Route, RouteAction, Severity};
+use crate::route_policy::Canary;
 
 use super::Problems;
 

@@ -8,9 +8,9 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::review::{Verdict, review};
 use crate::annotations::{self, AnnotationError, access, auth, both, traffic};
-use crate::behaviour::{RouteEdits, RouteLimits, SourceRanges};
 use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
+use crate::route_policy::{RouteEdits, RouteLimits, SourceRanges};
 use crate::world::World;
 
 use super::TranslateOptions;

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::host::host_matches;
+use crate::model::HostMatch;
 use crate::model::{ClusterKey, EndpointState, RouteAction};
 use crate::path::{match_rank, path_matches};
 
@@ -732,4 +733,52 @@ fn equal_input_gives_equal_snapshot_and_changes_are_seen() {
             .values()
             .any(|c| c.endpoints.iter().any(|e| e.addr == a))
     );
+}
+
+/// The status verdict comes from the same collect step as the routes: an Ingress dropped whole
+/// (unreadable canary rules), shut out by host ownership, or not ours gets no address.
+#[test]
+fn the_ingresses_owed_status_are_those_translation_admitted() {
+    let mut w = base_world();
+    w.put_ingress(ingress_at(
+        "default",
+        "served",
+        "2024-01-01T00:00:00Z",
+        json!({"ingressClassName": "sluice", "rules": [{"host": "shop.test", "http": {"paths": [
+            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "a", "port": {"number": 80}}}}]}}]}),
+    ));
+    let mut broken = simple("broken", "x.test", &[("/", "Prefix", "a")]);
+    broken.metadata.annotations = Some(
+        [
+            ("nginx.ingress.kubernetes.io/canary", "true"),
+            ("nginx.ingress.kubernetes.io/canary-weight", "ten"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    w.put_ingress(broken);
+    let mut foreign = simple("foreign", "y.test", &[("/", "Prefix", "a")]);
+    foreign.spec.as_mut().unwrap().ingress_class_name = Some("other".into());
+    w.put_ingress(foreign);
+    let mut grab = simple("grab", "shop.test", &[("/admin", "Prefix", "a")]);
+    grab.metadata.namespace = Some("team-b".into());
+    grab.metadata.creation_timestamp = Some(from(json!("2024-02-01T00:00:00Z")));
+    w.put_ingress(grab);
+    let key = |ns: &str, n: &str| (ns.to_string(), n.to_string());
+
+    let t = translate_all(&w, &opts());
+    let shared: Vec<_> = t.ingresses.iter().cloned().collect();
+    assert_eq!(
+        shared,
+        vec![key("default", "served"), key("team-b", "grab")],
+        "hosts shared: the newer namespace's Ingress adds its path"
+    );
+    assert!(t.snapshot.route("shop.test", "/").is_some());
+
+    let mut o = opts();
+    o.host_ownership = HostOwnership::Namespace;
+    let t = translate_all(&w, &o);
+    let owned: Vec<_> = t.ingresses.iter().cloned().collect();
+    assert_eq!(owned, vec![key("default", "served")], "grab owns nothing");
 }

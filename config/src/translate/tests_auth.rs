@@ -8,7 +8,7 @@ use serde_json::json;
 use super::tests::{base_world, opts, service, simple};
 use super::tests_traffic::annotated;
 use super::*;
-use crate::behaviour::Auth;
+use crate::route_policy::Auth;
 
 fn world_with_global(data: serde_json::Value) -> (World, TranslateOptions) {
     let mut w = base_world();

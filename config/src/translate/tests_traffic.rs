@@ -3,8 +3,8 @@
 
 use super::tests::{base_world, hit, opts, simple};
 use super::*;
-use crate::behaviour::HeaderRule;
 use crate::model::{PathKind, RouteAction};
+use crate::route_policy::HeaderRule;
 
 /// The Ingress with these ingress-nginx annotations (names without the prefix).
 pub(super) fn annotated(mut ing: Ingress, pairs: &[(&str, &str)]) -> Ingress {

@@ -41,6 +41,8 @@ pub struct Controlling {
     stop: wch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     elector: JoinHandle<()>,
+    /// With `--handover`: what the predecessor handed over, until this instance is ready.
+    taken: Option<crate::handover::Taken>,
 }
 
 /// This instance's identity for leader election.
@@ -63,7 +65,12 @@ pub async fn start(
     identity: String,
     timing: Timing,
 ) -> anyhow::Result<Controlling> {
-    let running = Running::start(&args.common, DEFAULTS, None).await?;
+    let mut taken = crate::handover::take_from(args.common.handover.as_deref()).await;
+    let handed = taken
+        .as_mut()
+        .map(|t| std::mem::take(&mut t.sockets))
+        .unwrap_or_default();
+    let running = Running::start_with(&args.common, DEFAULTS, None, handed).await?;
     let mut opts = translate_options(&args.common);
     opts.gateway = sluice_config::gateway::GatewayOptions {
         controller_name: args.gateway_controller_name.clone(),
@@ -91,7 +98,7 @@ pub async fn start(
     );
     let (published_tx, published) = wch::channel(Published::default());
     let (changed_tx, changed) = wch::channel(0u64);
-    let rebuilder = Rebuilder::new(opts.clone(), running.dp.clone(), published_tx, changed_tx)
+    let rebuilder = Rebuilder::new(opts, running.dp.clone(), published_tx, changed_tx)
         .with_gateway_api(gateway_api);
     let mut tasks = vec![tokio::spawn(rebuild::run(rebuilder, rx))];
 
@@ -123,8 +130,7 @@ pub async fn start(
     tasks.push(tokio::spawn(status::run(
         client.clone(),
         stores.ingresses.clone(),
-        stores.classes.clone(),
-        opts,
+        published.clone(),
         src,
         leader.clone(),
         changed,
@@ -150,6 +156,7 @@ pub async fn start(
         stop,
         tasks,
         elector,
+        taken,
     })
 }
 
@@ -183,7 +190,8 @@ async fn report_problems(
 }
 
 impl Controlling {
-    /// Releases leadership, stops the loops and drains the listeners.
+    /// Releases leadership (first: a successor that took the sockets over takes the lease at
+    /// once), stops the loops and drains the listeners.
     pub async fn shutdown(self, deadline: Duration) -> bool {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.elector).await;
@@ -209,9 +217,26 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .context("finding the Kubernetes API server (set KUBECONFIG, or run in a pod)")?;
     tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
     let client = Client::try_from(config).context("creating the Kubernetes client")?;
-    let c = start(&args, client, identity(), Timing::default()).await?;
-    crate::app::termination().await;
-    tracing::info!("shutdown requested");
+    let mut c = start(&args, client, identity(), Timing::default()).await?;
+    let terminated = crate::app::termination();
+    tokio::pin!(terminated);
+    // Ready (every kind listed, the first snapshot applied): the predecessor may stop.
+    let settling = crate::handover::settle_when_ready(
+        c.taken.take(),
+        std::sync::Arc::clone(&c.running.dp),
+        c.running.sockets(),
+    );
+    let mut offer = tokio::select! {
+        () = &mut terminated => None,
+        o = settling => o,
+    };
+    tokio::select! {
+        () = &mut terminated => tracing::info!("shutdown requested"),
+        ack = crate::handover::requested(offer.as_mut()) => {
+            tracing::info!("a successor serves on these sockets: releasing the lease and draining");
+            c.running.hand_over(ack);
+        }
+    };
     c.shutdown(args.common.shutdown_deadline()).await;
     Ok(())
 }

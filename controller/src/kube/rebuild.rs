@@ -7,16 +7,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::translate::cluster_endpoints;
 use sluice_config::translate::translate_all;
-use sluice_config::world::{Key, key_of};
-use sluice_config::{ClusterKey, Problem, Snapshot, TranslateOptions, World};
+use sluice_config::world::{Key, Kind, Object, key_of};
+use sluice_config::{Problem, Snapshot, TranslateOptions, World};
 use sluice_proxy::{ApplyOutcome, DataPlane};
 use tokio::sync::{mpsc, watch};
 // tokio's clock, so that a paused test runtime drives the quiet time and the maximum delay.
 use tokio::time::Instant;
 
-use super::watch::{Change, KindId, Obj, Seen, kinds};
+use super::watch::{Change, KindId, Seen, kinds};
 
 /// Quiet time that ends a burst of changes.
 pub const QUIET: Duration = Duration::from_millis(30);
@@ -32,6 +31,9 @@ pub struct Published {
     pub problems: Vec<Problem>,
     /// The status the Gateway API objects are owed, as of the last rebuild.
     pub gateway: Arc<super::gateway_status::Desired>,
+    /// The Ingresses owed a status address, as of the last rebuild (translation's verdict:
+    /// see [`sluice_config::translate::Translation::ingresses`]).
+    pub ingresses: Arc<BTreeSet<Key>>,
 }
 
 /// State of the loop.
@@ -40,28 +42,19 @@ pub struct Rebuilder {
     world: World,
     opts: TranslateOptions,
     dp: Arc<DataPlane>,
-    listing: HashMap<KindId, Vec<Obj>>,
+    listing: HashMap<KindId, Vec<Object>>,
     /// The kinds watched (the ConfigMap only with `--configmap`).
     kinds: Vec<KindId>,
     synced: HashSet<KindId>,
     dirty_since: Option<Instant>,
     last_change: Instant,
     pending_seen: Vec<Instant>,
-    by_service: HashMap<Key, Vec<ClusterKey>>,
+    pools: crate::endpoints::Pools,
     published: watch::Sender<Published>,
     ingress_changed: watch::Sender<u64>,
     /// ConfigMaps some Ingress names in `custom-headers` (as of the last rebuild): a change
     /// to any other ConfigMap rebuilds nothing.
     referenced_config_maps: HashSet<Key>,
-}
-
-fn same_routing(
-    a: &k8s_openapi::api::networking::v1::Ingress,
-    b: &k8s_openapi::api::networking::v1::Ingress,
-) -> bool {
-    a.spec == b.spec
-        && a.metadata.annotations == b.metadata.annotations
-        && a.metadata.creation_timestamp == b.metadata.creation_timestamp
 }
 
 impl Rebuilder {
@@ -82,7 +75,7 @@ impl Rebuilder {
             dirty_since: None,
             last_change: Instant::now(),
             pending_seen: Vec::new(),
-            by_service: HashMap::new(),
+            pools: crate::endpoints::Pools::default(),
             published,
             ingress_changed,
             referenced_config_maps: HashSet::new(),
@@ -121,174 +114,106 @@ impl Rebuilder {
         self.pending_seen.push(seen);
     }
 
-    fn put(&mut self, o: Obj) {
-        match o {
-            Obj::Ingress(x) => self.world.put_ingress(x),
-            Obj::IngressClass(x) => self.world.put_ingress_class(x),
-            Obj::Service(x) => self.world.put_service(x),
-            Obj::EndpointSlice(x) => {
-                self.world.put_endpoint_slice(x);
-            }
-            Obj::Secret(x) => self.world.put_secret(x),
-            Obj::ConfigMap(x) => self.world.put_config_map(x),
-            Obj::AnyConfigMap(x) => {
-                if self.controller_config_map() != Some(key_of(&x.metadata)) {
-                    self.world.put_config_map(x);
+    /// Puts an object into the world; returns whether translation may see a difference. The
+    /// controller ConfigMap is its own watch's: the watch of every ConfigMap (which trims them)
+    /// leaves it alone.
+    fn put(&mut self, watch: KindId, o: Object) -> bool {
+        if watch == KindId::Of(Kind::ConfigMap) && self.controller_config_map() == Some(o.key()) {
+            return false;
+        }
+        self.world.put(o)
+    }
+
+    /// Forgets what a watch listed, before its re-list replaces it.
+    fn clear(&mut self, watch: KindId) {
+        let own = self.controller_config_map();
+        match watch {
+            KindId::ControllerConfigMap => {
+                if let Some(k) = own {
+                    self.world.config_maps.remove(&k);
                 }
             }
-            Obj::Gw(x) => {
-                super::gateway_watch::put(&mut self.world, x);
-            }
-            Obj::Namespace(x) => {
-                self.world
-                    .namespaces
-                    .insert(super::gateway_watch::namespace_key(&x), x);
-            }
+            KindId::Of(Kind::ConfigMap) => self
+                .world
+                .config_maps
+                .retain(|k, _| Some(k) == own.as_ref()),
+            _ => self.world.clear(watch.kind()),
+        }
+    }
+
+    /// Whether a change to this object can change the snapshot (a ConfigMap only when it is
+    /// the controller's or an Ingress names it).
+    fn matters(&self, o: &Object) -> bool {
+        match o {
+            Object::ConfigMap(_) => self.config_map_matters(&o.key()),
+            _ => true,
         }
     }
 
     /// Takes one change into the world; fast-paths endpoint changes.
     pub fn handle(&mut self, change: Change, seen: Instant) {
+        let fast = self.all_synced() && self.dp.is_ready();
         match change {
-            Change::Init(kind) => {
-                self.listing.insert(kind, Vec::new());
+            Change::Init(watch) => {
+                self.listing.insert(watch, Vec::new());
             }
-            Change::InitApply(o) => {
-                let kind = kind_of(&o);
-                self.listing.entry(kind).or_default().push(o);
+            Change::InitApply(watch, o) => {
+                self.listing.entry(watch).or_default().push(o);
             }
-            Change::InitDone(kind) => {
-                let objs = self.listing.remove(&kind).unwrap_or_default();
-                match kind {
-                    KindId::Ingress => self.world.ingresses.clear(),
-                    KindId::IngressClass => self.world.ingress_classes.clear(),
-                    KindId::Service => self.world.services.clear(),
-                    KindId::Secret => self.world.secrets.clear(),
-                    KindId::EndpointSlice => self.world.clear_endpoint_slices(),
-                    KindId::ConfigMap => {
-                        if let Some(k) = self.controller_config_map() {
-                            self.world.config_maps.remove(&k);
-                        }
-                    }
-                    KindId::AnyConfigMap => {
-                        let own = self.controller_config_map();
-                        self.world
-                            .config_maps
-                            .retain(|k, _| Some(k) == own.as_ref());
-                    }
-                    KindId::GatewayClass
-                    | KindId::Gateway
-                    | KindId::HttpRoute
-                    | KindId::ReferenceGrant
-                    | KindId::Namespace => super::gateway_watch::clear(&mut self.world, kind),
-                }
+            Change::InitDone(watch) => {
+                let objs = self.listing.remove(&watch).unwrap_or_default();
+                self.clear(watch);
                 for o in objs {
-                    self.put(o);
+                    self.put(watch, o);
                 }
-                self.synced.insert(kind);
+                self.synced.insert(watch);
                 self.ingress_changed.send_modify(|g| *g += 1);
                 self.mark_dirty(seen);
             }
-            Change::Apply(Obj::EndpointSlice(s)) if self.all_synced() && self.dp.is_ready() => {
+            Change::Apply(_, Object::EndpointSlice(s)) if fast => {
                 let touched = self.world.put_endpoint_slice(s);
                 self.fast_path(&touched, seen);
             }
-            Change::Delete(Obj::EndpointSlice(s)) if self.all_synced() && self.dp.is_ready() => {
+            Change::Delete(_, Object::EndpointSlice(s)) if fast => {
                 let touched = self.world.delete_endpoint_slice(&key_of(&s.metadata));
                 self.fast_path(&touched, seen);
             }
-            Change::Apply(Obj::Ingress(i)) => {
-                let key = key_of(&i.metadata);
-                let routing_same = self
-                    .world
-                    .ingresses
-                    .get(&key)
-                    .is_some_and(|old| same_routing(old, &i));
-                self.world.put_ingress(i);
-                self.ingress_changed.send_modify(|g| *g += 1);
-                if !routing_same {
-                    // Status-only updates (our own writes included) never cause a rebuild.
+            Change::Apply(watch, o) => {
+                let kind = o.kind();
+                let matters = self.matters(&o);
+                // Status-only updates (our own writes included) never cause a rebuild.
+                let changed = self.put(watch, o);
+                if kind == Kind::Ingress {
+                    self.ingress_changed.send_modify(|g| *g += 1);
+                }
+                if changed && matters {
                     self.mark_dirty(seen);
                 }
             }
-            Change::Apply(Obj::AnyConfigMap(c)) => {
-                let key = key_of(&c.metadata);
-                let matters = self.config_map_matters(&key);
-                self.put(Obj::AnyConfigMap(c));
+            Change::Delete(watch, o) => {
+                let (kind, key) = (o.kind(), o.key());
+                let matters = self.matters(&o);
+                if watch != KindId::Of(Kind::ConfigMap)
+                    || self.controller_config_map() != Some(key.clone())
+                {
+                    self.world.remove(kind, &key);
+                }
+                if kind == Kind::Ingress {
+                    self.ingress_changed.send_modify(|g| *g += 1);
+                }
                 if matters {
                     self.mark_dirty(seen);
                 }
             }
-            Change::Delete(Obj::AnyConfigMap(c)) => {
-                let key = key_of(&c.metadata);
-                if self.controller_config_map() != Some(key.clone()) {
-                    self.world.config_maps.remove(&key);
-                }
-                if self.config_map_matters(&key) {
-                    self.mark_dirty(seen);
-                }
-            }
-            Change::Apply(Obj::Gw(o)) => {
-                // Status-only updates (our own writes included) never cause a rebuild.
-                if super::gateway_watch::put(&mut self.world, o) {
-                    self.mark_dirty(seen);
-                }
-            }
-            Change::Apply(o) => {
-                self.put(o);
-                self.mark_dirty(seen);
-            }
-            Change::Delete(o) => {
-                match &o {
-                    Obj::Ingress(x) => {
-                        self.world.ingresses.remove(&key_of(&x.metadata));
-                        self.ingress_changed.send_modify(|g| *g += 1);
-                    }
-                    Obj::IngressClass(x) => {
-                        self.world
-                            .ingress_classes
-                            .remove(&(String::new(), key_of(&x.metadata).1));
-                    }
-                    Obj::Service(x) => {
-                        self.world.services.remove(&key_of(&x.metadata));
-                    }
-                    Obj::Secret(x) => {
-                        self.world.secrets.remove(&key_of(&x.metadata));
-                    }
-                    Obj::EndpointSlice(x) => {
-                        self.world.delete_endpoint_slice(&key_of(&x.metadata));
-                    }
-                    Obj::ConfigMap(x) => {
-                        self.world.config_maps.remove(&key_of(&x.metadata));
-                    }
-                    // Handled above.
-                    Obj::AnyConfigMap(_) => {}
-                    Obj::Gw(x) => super::gateway_watch::delete(&mut self.world, x),
-                    Obj::Namespace(x) => {
-                        self.world
-                            .namespaces
-                            .remove(&super::gateway_watch::namespace_key(x));
-                    }
-                }
-                self.mark_dirty(seen);
-            }
         }
     }
 
-    /// Recomputes and swaps only the pools of the touched Services.
+    /// Swaps only the pools of the touched Services (see [`crate::endpoints`]).
     fn fast_path(&mut self, touched: &[Key], seen: Instant) {
-        let mut fallback = false;
-        for svc in touched {
-            let Some(keys) = self.by_service.get(svc) else {
-                continue;
-            };
-            for key in keys {
-                let applied = cluster_endpoints(&self.world, key)
-                    .is_some_and(|eps| self.dp.update_endpoints(key, &eps, Some(seen.into_std())));
-                fallback |= !applied;
-            }
-        }
-        if fallback {
+        if !self
+            .pools
+            .swap(&self.dp, &self.world, touched, seen.into_std())
+        {
             // The pool or its Service is gone: let a full rebuild sort it out.
             self.mark_dirty(seen);
         }
@@ -306,37 +231,27 @@ impl Rebuilder {
     /// Translates the whole world and applies it.
     pub fn rebuild(&mut self) -> Arc<Snapshot> {
         let started = std::time::Instant::now();
-        let (snapshot, gateway) = translate_all(&self.world, &self.opts);
+        let translation = translate_all(&self.world, &self.opts);
         // Each Gateway keeps its address in the next translation, whatever its status shows yet.
-        self.opts.gateway.sticky = gateway
+        self.opts.gateway.sticky = translation
+            .gateway
             .gateways
             .iter()
             .filter_map(|(k, g)| Some((k.clone(), g.addresses.first()?.parse().ok()?)))
             .collect();
-        let gateway = super::gateway_status::Desired::new(gateway, &self.world, &self.opts);
+        let gateway =
+            super::gateway_status::Desired::new(translation.gateway, &self.world, &self.opts);
+        let ingresses = Arc::new(translation.ingresses);
         let translate_time = started.elapsed();
-        let mut by_service: HashMap<Key, Vec<ClusterKey>> = HashMap::new();
-        // A `service-upstream` pool's one endpoint is the ClusterIP: slices never change it.
-        for key in snapshot
-            .clusters()
-            .values()
-            .filter(|c| !c.service_upstream)
-            .map(|c| &c.key)
-        {
-            by_service
-                .entry((key.namespace.clone(), key.service.clone()))
-                .or_default()
-                .push(key.clone());
-        }
-        self.by_service = by_service;
+        self.pools = crate::endpoints::Pools::of(&translation.snapshot);
         self.referenced_config_maps = self
             .world
             .ingresses
             .values()
             .filter_map(|i| sluice_config::translate::headers::reference(i))
             .collect();
-        let problems = snapshot.problems().to_vec();
-        let outcome = self.dp.apply(snapshot);
+        let problems = translation.snapshot.problems().to_vec();
+        let outcome = self.dp.apply(translation.snapshot);
         for seen in self.pending_seen.drain(..) {
             if !matches!(outcome, ApplyOutcome::Unchanged) {
                 self.dp.record_propagation(seen.into_std());
@@ -364,6 +279,7 @@ impl Rebuilder {
             p.applies += 1;
             p.problems = problems;
             p.gateway = Arc::new(gateway);
+            p.ingresses = ingresses;
         });
         self.dp.current().unwrap_or_default()
     }
@@ -371,20 +287,6 @@ impl Rebuilder {
     /// The world (for tests and status).
     pub fn world(&self) -> &World {
         &self.world
-    }
-}
-
-fn kind_of(o: &Obj) -> KindId {
-    match o {
-        Obj::Ingress(_) => KindId::Ingress,
-        Obj::IngressClass(_) => KindId::IngressClass,
-        Obj::Service(_) => KindId::Service,
-        Obj::EndpointSlice(_) => KindId::EndpointSlice,
-        Obj::Secret(_) => KindId::Secret,
-        Obj::ConfigMap(_) => KindId::ConfigMap,
-        Obj::AnyConfigMap(_) => KindId::AnyConfigMap,
-        Obj::Gw(g) => g.kind(),
-        Obj::Namespace(_) => KindId::Namespace,
     }
 }
 
@@ -447,10 +349,9 @@ mod tests {
     use sluice_proxy::ProxySettings;
 
     use super::*;
-    use crate::kube::watch::Obj;
 
-    fn ingress() -> Obj {
-        Obj::Ingress(Arc::new(
+    fn ingress() -> Object {
+        Object::Ingress(Arc::new(
             serde_json::from_value::<Ingress>(json!({
                 "metadata": {"namespace": "ns", "name": "ing",
                     "annotations": {"kubernetes.io/ingress.class": "sluice"}},
@@ -462,8 +363,8 @@ mod tests {
         ))
     }
 
-    fn service(name: &str) -> Obj {
-        Obj::Service(Arc::new(
+    fn service(name: &str) -> Object {
+        Object::Service(Arc::new(
             serde_json::from_value::<Service>(json!({
                 "metadata": {"namespace": "ns", "name": name},
                 "spec": {"ports": [{"port": 80, "targetPort": 8080}]}
@@ -472,12 +373,12 @@ mod tests {
         ))
     }
 
-    fn slice(service: &str, ips: &[&str]) -> Obj {
+    fn slice(service: &str, ips: &[&str]) -> Object {
         let endpoints: Vec<_> = ips
             .iter()
             .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
             .collect();
-        Obj::EndpointSlice(Arc::new(
+        Object::EndpointSlice(Arc::new(
             serde_json::from_value::<EndpointSlice>(json!({
                 "metadata": {"namespace": "ns", "name": format!("{service}-1"),
                     "labels": {"kubernetes.io/service-name": service}},
@@ -514,13 +415,13 @@ mod tests {
             for kind in kinds(false, false) {
                 h.send(Change::Init(kind));
                 let objs = match kind {
-                    KindId::Ingress => vec![ingress()],
-                    KindId::Service => vec![service("svc")],
-                    KindId::EndpointSlice => vec![slice("svc", &["10.0.0.1"])],
+                    KindId::Of(Kind::Ingress) => vec![ingress()],
+                    KindId::Of(Kind::Service) => vec![service("svc")],
+                    KindId::Of(Kind::EndpointSlice) => vec![slice("svc", &["10.0.0.1"])],
                     _ => vec![],
                 };
                 for o in objs {
-                    h.send(Change::InitApply(o));
+                    h.send(Change::InitApply(kind, o));
                 }
                 h.send(Change::InitDone(kind));
             }
@@ -549,7 +450,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_change_is_applied_after_the_quiet_time() {
         let h = Harness::start().await;
-        h.send(Change::Apply(service("other")));
+        h.send(Change::Apply(KindId::Of(Kind::Service), service("other")));
         tokio::time::sleep(QUIET - Duration::from_millis(1)).await;
         assert_eq!(h.applies(), 1, "not before the quiet time");
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -564,7 +465,7 @@ mod tests {
         let mut first_apply = None;
         let started = Instant::now();
         for _ in 0..50 {
-            h.send(Change::Apply(service("other")));
+            h.send(Change::Apply(KindId::Of(Kind::Service), service("other")));
             tokio::time::sleep(Duration::from_millis(20)).await;
             if first_apply.is_none() && h.applies() > 1 {
                 first_apply = Some(started.elapsed());
@@ -587,19 +488,28 @@ mod tests {
     async fn an_endpoint_change_swaps_the_pool_without_a_rebuild() {
         let h = Harness::start().await;
         assert_eq!(h.endpoints(), 1);
-        h.send(Change::Apply(slice("svc", &["10.0.0.1", "10.0.0.2"])));
+        h.send(Change::Apply(
+            KindId::Of(Kind::EndpointSlice),
+            slice("svc", &["10.0.0.1", "10.0.0.2"]),
+        ));
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(h.endpoints(), 2, "swapped at once");
         tokio::time::sleep(MAX_DELAY * 2).await;
         assert_eq!(h.applies(), 1, "no rebuild");
 
         // A slice of a Service no pool uses changes nothing routable: no rebuild either.
-        h.send(Change::Apply(slice("unused", &["10.0.0.9"])));
+        h.send(Change::Apply(
+            KindId::Of(Kind::EndpointSlice),
+            slice("unused", &["10.0.0.9"]),
+        ));
         tokio::time::sleep(MAX_DELAY * 2).await;
         assert_eq!(h.applies(), 1);
 
         // Deleting the slice empties the pool, again without a rebuild.
-        h.send(Change::Delete(slice("svc", &[])));
+        h.send(Change::Delete(
+            KindId::Of(Kind::EndpointSlice),
+            slice("svc", &[]),
+        ));
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(h.endpoints(), 0);
         assert_eq!(h.applies(), 1);

@@ -21,9 +21,11 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use serde_json::json;
-use sluice_config::translate::{host_owners, ingress_is_ours};
-use sluice_config::{Problem, Severity, TranslateOptions, World};
+use sluice_config::world::{Key, key_of};
+use sluice_config::{Problem, Severity};
 use tokio::sync::watch;
+
+use super::rebuild::Published;
 
 /// Where the published addresses come from.
 #[derive(Debug, Clone)]
@@ -122,18 +124,16 @@ pub type Written = HashMap<(String, String), String>;
 ///
 /// `written` carries what earlier calls wrote: an Ingress whose stored version is still the one a
 /// write was decided on is skipped (the store has not caught up with that write yet).
+///
+/// Which Ingresses are owed an address is translation's verdict (`admitted`, from the last
+/// rebuild), not decided again here: an Ingress translation dropped or shut out gets none.
 pub async fn reconcile(
     client: &Client,
     ingresses: &Store<Ingress>,
-    classes: &Store<k8s_openapi::api::networking::v1::IngressClass>,
-    opts: &TranslateOptions,
+    admitted: &BTreeSet<Key>,
     addrs: &[String],
     written: &mut Written,
 ) -> usize {
-    let mut world = World::new();
-    for c in classes.state() {
-        world.put_ingress_class(c);
-    }
     let desired: Vec<IngressLoadBalancerIngress> = addrs.iter().map(|a| entry(a)).collect();
     let mut writes = 0;
     let state = ingresses.state();
@@ -151,12 +151,8 @@ pub async fn reconcile(
         .collect();
     written.retain(|(ns, name), _| present.contains(&(ns.as_str(), name.as_str())));
     drop(present);
-    // With --host-ownership namespace, an Ingress whose hosts all belong to other namespaces
-    // serves nothing and gets no status.
-    let owners = host_owners(&world, state.iter().map(AsRef::as_ref), opts);
     for ing in state {
-        let ours = ingress_is_ours(&world, &ing, opts)
-            && !owners.as_ref().is_some_and(|o| o.shuts_out(&ing));
+        let ours = admitted.contains(&key_of(&ing.metadata));
         let cur = current(&ing);
         let target = if ours {
             if cur == desired || desired.is_empty() {
@@ -199,14 +195,14 @@ pub async fn reconcile(
     writes
 }
 
-/// Runs status reconciliation while leader: on Ingress/class changes, on becoming leader, and
-/// every `resync`.
-#[allow(clippy::too_many_arguments)]
+/// Runs status reconciliation while leader: after each rebuild (whose verdict says which
+/// Ingresses are owed an address), on Ingress changes (a status someone else changed), on
+/// becoming leader, and every `resync`. Nothing is written before the first rebuild: an empty
+/// verdict then would clear every Ingress's status.
 pub async fn run(
     client: Client,
     ingresses: Store<Ingress>,
-    classes: Store<k8s_openapi::api::networking::v1::IngressClass>,
-    opts: TranslateOptions,
+    mut published: watch::Receiver<Published>,
     src: AddressSource,
     mut leader: watch::Receiver<bool>,
     mut changed: watch::Receiver<u64>,
@@ -217,21 +213,29 @@ pub async fn run(
             "no --publish-status-address and no POD_NAME/POD_NAMESPACE: Ingress status will not be written"
         );
     }
-    if ingresses.wait_until_ready().await.is_err() || classes.wait_until_ready().await.is_err() {
+    if ingresses.wait_until_ready().await.is_err() {
         return;
     }
     let mut written = Written::new();
     loop {
-        if *leader.borrow_and_update() {
-            let addrs = addresses(&client, &src).await;
-            reconcile(&client, &ingresses, &classes, &opts, &addrs, &mut written).await;
-        } else {
+        let verdict = {
+            let p = published.borrow_and_update();
+            (p.applies > 0).then(|| p.ingresses.clone())
+        };
+        let is_leader = *leader.borrow_and_update();
+        match (is_leader, verdict) {
+            (true, Some(admitted)) => {
+                let addrs = addresses(&client, &src).await;
+                reconcile(&client, &ingresses, &admitted, &addrs, &mut written).await;
+            }
+            (true, None) => {}
             // A new term starts from what the store says, not from an old term's memory.
-            written.clear();
+            (false, _) => written.clear(),
         }
         tokio::select! {
             r = leader.changed() => if r.is_err() { return },
             r = changed.changed() => if r.is_err() { return },
+            r = published.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(resync) => {}
         }
         // Let a burst of changes settle.
@@ -239,7 +243,6 @@ pub async fn run(
     }
 }
 
-/// Creates a Warning Event about a problem, naming the object.
 pub async fn emit_event(client: &Client, p: &Problem, reporting_pod: &str) {
     let ns = if p.object.namespace.is_empty() {
         "default".to_string()

@@ -14,6 +14,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use sluice_config::world::{Kind, Object};
 use tokio::sync::mpsc;
 
 /// The Secrets sluice reads: TLS certificates (`kubernetes.io/tls`) and the Opaque Secrets
@@ -24,68 +25,29 @@ use tokio::sync::mpsc;
 /// and whatever custom types a cluster has.
 pub const SECRET_TYPES: &str = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token,type!=kubernetes.io/dockerconfigjson,type!=kubernetes.io/dockercfg,type!=bootstrap.kubernetes.io/token";
 
-/// The kinds sluice watches.
+/// The watches sluice runs: one per kind it reads, and two for ConfigMaps (the controller
+/// ConfigMap by name, whole; every other one trimmed), so the initial-list bookkeeping and a
+/// re-list's replacement are per watch, not per kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KindId {
-    /// Ingress.
-    Ingress,
-    /// IngressClass.
-    IngressClass,
-    /// Service.
-    Service,
-    /// EndpointSlice.
-    EndpointSlice,
-    /// Secret (TLS and Opaque: certificates, basic-auth users; see [`SECRET_TYPES`]).
-    Secret,
-    /// The controller ConfigMap (only with `--configmap`).
-    ConfigMap,
-    /// Every other ConfigMap in the watched namespaces: `custom-headers` may name any.
-    AnyConfigMap,
-    /// GatewayClass (with the Gateway API).
-    GatewayClass,
-    /// Gateway (with the Gateway API).
-    Gateway,
-    /// HTTPRoute (with the Gateway API).
-    HttpRoute,
-    /// ReferenceGrant (with the Gateway API).
-    ReferenceGrant,
-    /// Namespace (with the Gateway API: `allowedRoutes` selectors read their labels).
-    Namespace,
+    /// The watch of a kind (for ConfigMaps: every ConfigMap of the watched namespaces, trimmed,
+    /// since `custom-headers` may name any; Secrets: see [`SECRET_TYPES`]; Namespaces and the
+    /// Gateway API's kinds only with the Gateway API).
+    Of(Kind),
+    /// The controller ConfigMap, by name and whole (only with `--configmap`).
+    ControllerConfigMap,
 }
 
 /// The kinds always watched, for readiness bookkeeping (the ConfigMap is added with
 /// `--configmap`: see [`kinds`]).
 pub const ALL_KINDS: [KindId; 6] = [
-    KindId::Ingress,
-    KindId::IngressClass,
-    KindId::Service,
-    KindId::EndpointSlice,
-    KindId::Secret,
-    KindId::AnyConfigMap,
+    KindId::Of(Kind::Ingress),
+    KindId::Of(Kind::IngressClass),
+    KindId::Of(Kind::Service),
+    KindId::Of(Kind::EndpointSlice),
+    KindId::Of(Kind::Secret),
+    KindId::Of(Kind::ConfigMap),
 ];
-
-/// An object of one of the watched kinds.
-#[derive(Debug, Clone)]
-pub enum Obj {
-    /// Ingress.
-    Ingress(Arc<Ingress>),
-    /// IngressClass.
-    IngressClass(Arc<IngressClass>),
-    /// Service.
-    Service(Arc<Service>),
-    /// EndpointSlice.
-    EndpointSlice(Arc<EndpointSlice>),
-    /// Secret.
-    Secret(Arc<Secret>),
-    /// The controller ConfigMap.
-    ConfigMap(Arc<ConfigMap>),
-    /// Any ConfigMap (see [`KindId::AnyConfigMap`]), trimmed by [`trim_config_map`].
-    AnyConfigMap(Arc<ConfigMap>),
-    /// A Gateway API object.
-    Gw(super::gateway_watch::GwObj),
-    /// A Namespace (labels only).
-    Namespace(Arc<Namespace>),
-}
 
 /// Most data a watched ConfigMap keeps: a set of response fields is a few KiB; a ConfigMap
 /// beyond this (a dashboard, a CA bundle) is kept without its data, marked with the size it
@@ -120,12 +82,22 @@ pub fn kinds(configmap: bool, gateway_api: bool) -> Vec<KindId> {
     // `ALL_KINDS` includes `AnyConfigMap`: Ingresses may name a ConfigMap (`custom-headers`).
     let mut k = ALL_KINDS.to_vec();
     if configmap {
-        k.push(KindId::ConfigMap);
+        k.push(KindId::ControllerConfigMap);
     }
     if gateway_api {
         k.extend(super::gateway_watch::GATEWAY_KINDS);
     }
     k
+}
+
+impl KindId {
+    /// The kind of object the watch reads.
+    pub fn kind(self) -> Kind {
+        match self {
+            KindId::Of(kind) => kind,
+            KindId::ControllerConfigMap => Kind::ConfigMap,
+        }
+    }
 }
 
 /// What a Namespace keeps: its name and labels.
@@ -140,8 +112,8 @@ pub fn spawn_namespaces(client: &Client, tx: mpsc::UnboundedSender<Seen>) {
     spawn_kind::<Namespace>(
         Api::all(client.clone()),
         watcher::Config::default(),
-        KindId::Namespace,
-        (Obj::Namespace, trim_namespace),
+        KindId::Of(Kind::Namespace),
+        (Object::Namespace, trim_namespace),
         tx,
     );
 }
@@ -150,13 +122,13 @@ pub fn spawn_namespaces(client: &Client, tx: mpsc::UnboundedSender<Seen>) {
 #[derive(Debug, Clone)]
 pub enum Change {
     /// Added or modified.
-    Apply(Obj),
+    Apply(KindId, Object),
     /// Deleted.
-    Delete(Obj),
-    /// A (re-)list starts for this kind.
+    Delete(KindId, Object),
+    /// A (re-)list starts for this watch.
     Init(KindId),
     /// An object of the (re-)list.
-    InitApply(Obj),
+    InitApply(KindId, Object),
     /// The (re-)list is complete: replace this kind's objects.
     InitDone(KindId),
 }
@@ -175,8 +147,8 @@ pub struct Stores {
 
 fn no_trim<K>(_: &mut K) {}
 
-/// How a kind's objects become [`Obj`]s, and what is trimmed from each first.
-type Shape<K> = (fn(Arc<K>) -> Obj, fn(&mut K));
+/// How a kind's objects become [`Object`]s, and what is trimmed from each first.
+type Shape<K> = (fn(Arc<K>) -> Object, fn(&mut K));
 
 fn spawn_kind<K>(
     api: Api<K>,
@@ -216,10 +188,10 @@ where
                         failing = false;
                     }
                     match ev {
-                        watcher::Event::Apply(o) => Change::Apply(wrap(Arc::new(o))),
-                        watcher::Event::Delete(o) => Change::Delete(wrap(Arc::new(o))),
+                        watcher::Event::Apply(o) => Change::Apply(kind, wrap(Arc::new(o))),
+                        watcher::Event::Delete(o) => Change::Delete(kind, wrap(Arc::new(o))),
                         watcher::Event::Init => Change::Init(kind),
-                        watcher::Event::InitApply(o) => Change::InitApply(wrap(Arc::new(o))),
+                        watcher::Event::InitApply(o) => Change::InitApply(kind, wrap(Arc::new(o))),
                         watcher::Event::InitDone => Change::InitDone(kind),
                     }
                 }
@@ -254,29 +226,29 @@ pub fn start(
     let ingresses = spawn_kind::<Ingress>(
         api(client, namespace),
         cfg.clone(),
-        KindId::Ingress,
-        (Obj::Ingress, no_trim),
+        KindId::Of(Kind::Ingress),
+        (Object::Ingress, no_trim),
         tx.clone(),
     );
     let classes = spawn_kind::<IngressClass>(
         Api::all(client.clone()),
         cfg.clone(),
-        KindId::IngressClass,
-        (Obj::IngressClass, no_trim),
+        KindId::Of(Kind::IngressClass),
+        (Object::IngressClass, no_trim),
         tx.clone(),
     );
     spawn_kind::<Service>(
         api(client, namespace),
         cfg.clone(),
-        KindId::Service,
-        (Obj::Service, no_trim),
+        KindId::Of(Kind::Service),
+        (Object::Service, no_trim),
         tx.clone(),
     );
     spawn_kind::<EndpointSlice>(
         api(client, namespace),
         cfg.clone(),
-        KindId::EndpointSlice,
-        (Obj::EndpointSlice, no_trim),
+        KindId::Of(Kind::EndpointSlice),
+        (Object::EndpointSlice, no_trim),
         tx.clone(),
     );
     if let Some(cm) = configmap {
@@ -284,23 +256,23 @@ pub fn start(
         spawn_kind::<ConfigMap>(
             Api::namespaced(client.clone(), &cm.namespace),
             cfg.clone().fields(&format!("metadata.name={}", cm.name)),
-            KindId::ConfigMap,
-            (Obj::ConfigMap, no_trim),
+            KindId::ControllerConfigMap,
+            (Object::ConfigMap, no_trim),
             tx.clone(),
         );
     }
     spawn_kind::<ConfigMap>(
         api(client, namespace),
         cfg.clone(),
-        KindId::AnyConfigMap,
-        (Obj::AnyConfigMap, trim_config_map),
+        KindId::Of(Kind::ConfigMap),
+        (Object::ConfigMap, trim_config_map),
         tx.clone(),
     );
     spawn_kind::<Secret>(
         api(client, namespace),
         cfg.fields(SECRET_TYPES),
-        KindId::Secret,
-        (Obj::Secret, no_trim),
+        KindId::Of(Kind::Secret),
+        (Object::Secret, no_trim),
         tx,
     );
     Stores { ingresses, classes }

@@ -38,6 +38,8 @@ pub struct FileProvider {
     opts: TranslateOptions,
     dp: Arc<DataPlane>,
     reported: BTreeSet<Problem>,
+    /// The pools of the snapshot last applied, for the endpoints fast path.
+    pools: crate::endpoints::Pools,
 }
 
 impl FileProvider {
@@ -49,6 +51,7 @@ impl FileProvider {
             opts,
             dp,
             reported: BTreeSet::new(),
+            pools: crate::endpoints::Pools::default(),
         }
     }
 
@@ -77,7 +80,9 @@ impl FileProvider {
         if r.slices_only
             && !r.touched_services.is_empty()
             && r.errors.is_empty()
-            && self.endpoints_only(
+            && self.dp.current().is_some()
+            && self.pools.swap(
+                &self.dp,
                 &self.set.endpoints_world(&r.touched_services),
                 &r.touched_services,
                 seen,
@@ -91,6 +96,7 @@ impl FileProvider {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
         }
         self.reported = now;
+        self.pools = crate::endpoints::Pools::of(&snapshot);
         let outcome = self.dp.apply(snapshot);
         if let ApplyOutcome::Applied {
             generation,
@@ -109,30 +115,6 @@ impl FileProvider {
         }
         Ok(outcome)
     }
-
-    /// The endpoints fast path: new endpoint sets for the pools of `services` in the current
-    /// snapshot. `false` (nothing or only part done) sends the change through a full apply.
-    fn endpoints_only(
-        &self,
-        world: &sluice_config::World,
-        services: &BTreeSet<(String, String)>,
-        seen: Instant,
-    ) -> bool {
-        let Some(current) = self.dp.current() else {
-            return false;
-        };
-        let pools: Vec<_> = current
-            .clusters()
-            .values()
-            .filter(|c| !c.service_upstream)
-            .filter(|c| services.contains(&(c.key.namespace.clone(), c.key.service.clone())))
-            .map(|c| &c.key)
-            .collect();
-        pools.into_iter().all(|key| {
-            sluice_config::translate::cluster_endpoints(world, key)
-                .is_some_and(|eps| self.dp.update_endpoints(key, &eps, Some(seen)))
-        })
-    }
 }
 
 fn relevant(event_path: &Path, roots: &[PathBuf]) -> bool {
@@ -148,6 +130,8 @@ pub struct Serving {
     pub running: Running,
     watch_task: JoinHandle<()>,
     _watcher: notify::RecommendedWatcher,
+    /// With `--handover`: where a successor asks this process to stop accepting.
+    offer: Option<crate::handover::Offer>,
 }
 
 /// Starts `serve`: binds listeners, applies the files, and watches them.
@@ -165,7 +149,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
         }
         _ => None,
     };
-    let running = Running::start(&args.common, DEFAULTS, default_cert).await?;
+    let mut taken = crate::handover::take_from(args.common.handover.as_deref()).await;
+    let handed = taken
+        .as_mut()
+        .map(|t| std::mem::take(&mut t.sockets))
+        .unwrap_or_default();
+    let running = Running::start_with(&args.common, DEFAULTS, default_cert, handed).await?;
     let roots: Vec<PathBuf> = args
         .manifests
         .iter()
@@ -219,10 +208,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
             }
         }
     });
+    // The first snapshot is applied: a predecessor may stop accepting now.
+    let offer =
+        crate::handover::settle_when_ready(taken, Arc::clone(&running.dp), running.sockets()).await;
     Ok(Serving {
         running,
         watch_task,
         _watcher: watcher,
+        offer,
     })
 }
 
@@ -232,13 +225,24 @@ impl Serving {
         self.watch_task.abort();
         self.running.shutdown(deadline).await
     }
+
+    /// Resolves when a successor (`--handover`) asks this process to stop accepting.
+    pub async fn handover_requested(&mut self) -> crate::handover::StoppedAccepting {
+        crate::handover::requested(self.offer.as_mut()).await
+    }
 }
 
-/// Runs `serve` until SIGTERM/SIGINT.
+/// Runs `serve` until SIGTERM/SIGINT, or until a successor took the sockets over.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let serving = start(&args).await?;
-    crate::app::termination().await;
-    tracing::info!("shutdown requested");
+    let mut serving = start(&args).await?;
+    tokio::select! {
+        () = crate::app::termination() => tracing::info!("shutdown requested"),
+        ack = serving.handover_requested() => {
+            tracing::info!("a successor serves on these sockets: draining");
+            serving.running.hand_over(ack);
+        }
+    };
+    // A SIGTERM from here on changes nothing: the drain below is already the shutdown.
     serving.shutdown(args.common.shutdown_deadline()).await;
     Ok(())
 }

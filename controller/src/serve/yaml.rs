@@ -9,41 +9,13 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_config::World;
-use sluice_config::gateway_api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
-
-/// One object sluice reads, shared: a file's cache and every world built from it hold the
-/// same object.
-#[derive(Debug, Clone)]
-pub enum Object {
-    /// networking.k8s.io/v1 Ingress.
-    Ingress(Arc<Ingress>),
-    /// networking.k8s.io/v1 IngressClass.
-    IngressClass(Arc<IngressClass>),
-    /// v1 Service.
-    Service(Arc<Service>),
-    /// discovery.k8s.io/v1 EndpointSlice.
-    EndpointSlice(Arc<EndpointSlice>),
-    /// v1 Secret.
-    Secret(Arc<Secret>),
-    /// v1 ConfigMap (the controller ConfigMap, `--configmap`).
-    ConfigMap(Arc<ConfigMap>),
-    /// gateway.networking.k8s.io GatewayClass.
-    GatewayClass(Arc<GatewayClass>),
-    /// gateway.networking.k8s.io Gateway.
-    Gateway(Arc<Gateway>),
-    /// gateway.networking.k8s.io HTTPRoute.
-    HttpRoute(Arc<HTTPRoute>),
-    /// gateway.networking.k8s.io ReferenceGrant.
-    ReferenceGrant(Arc<ReferenceGrant>),
-}
+use sluice_config::world::Object;
 
 /// A document that could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -164,6 +136,7 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         ("discovery.k8s.io/v1", "EndpointSlice") => wrap(typed(v)?, true, Object::EndpointSlice),
         ("v1", "Secret") => wrap(typed(v)?, true, Object::Secret),
         ("v1", "ConfigMap") => wrap(typed(v)?, true, Object::ConfigMap),
+        ("v1", "Namespace") => wrap(typed::<Namespace>(v)?, false, Object::Namespace),
         ("gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1", "GatewayClass") => {
             wrap(typed(v)?, false, Object::GatewayClass)
         }
@@ -177,14 +150,16 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
             "gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1",
             "ReferenceGrant",
         ) => wrap(typed(v)?, true, Object::ReferenceGrant),
-        (_, "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret" | "ConfigMap") => {
-            Err((
-                "apiVersion".into(),
-                format!(
-                    "{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret)"
-                ),
-            ))
-        }
+        (
+            _,
+            "Ingress" | "IngressClass" | "Service" | "EndpointSlice" | "Secret" | "ConfigMap"
+            | "Namespace",
+        ) => Err((
+            "apiVersion".into(),
+            format!(
+                "{api:?} is not supported for {kind}; use networking.k8s.io/v1 (Ingress, IngressClass), discovery.k8s.io/v1 (EndpointSlice) or v1 (Service, Secret, ConfigMap, Namespace)"
+            ),
+        )),
         ("", _) | (_, "") => Err((
             "-".into(),
             "not a Kubernetes object (apiVersion and kind are required)".into(),
@@ -218,59 +193,6 @@ where
     Ok((vec![f(Arc::new(t))], unknown))
 }
 
-impl Object {
-    /// Adds (or replaces) the object in a world.
-    pub fn put_into(self, w: &mut World) {
-        match self {
-            Object::Ingress(x) => w.put_ingress(x),
-            Object::IngressClass(x) => w.put_ingress_class(x),
-            Object::Service(x) => w.put_service(x),
-            Object::EndpointSlice(x) => {
-                w.put_endpoint_slice(x);
-            }
-            Object::Secret(x) => w.put_secret(x),
-            Object::ConfigMap(x) => w.put_config_map(x),
-            Object::GatewayClass(x) => {
-                let name = x.metadata.name.clone().unwrap_or_default();
-                w.gateway_classes.insert((String::new(), name), x);
-            }
-            Object::Gateway(x) => {
-                w.gateways
-                    .insert(sluice_config::world::key_of(&x.metadata), x);
-            }
-            Object::HttpRoute(x) => {
-                w.http_routes
-                    .insert(sluice_config::world::key_of(&x.metadata), x);
-            }
-            Object::ReferenceGrant(x) => {
-                w.reference_grants
-                    .insert(sluice_config::world::key_of(&x.metadata), x);
-            }
-        }
-    }
-}
-
-/// `Kind namespace/name` of an object, for messages.
-fn describe(o: &Object) -> String {
-    let (kind, meta) = match o {
-        Object::Ingress(x) => ("Ingress", &x.metadata),
-        Object::IngressClass(x) => ("IngressClass", &x.metadata),
-        Object::Service(x) => ("Service", &x.metadata),
-        Object::EndpointSlice(x) => ("EndpointSlice", &x.metadata),
-        Object::Secret(x) => ("Secret", &x.metadata),
-        Object::ConfigMap(x) => ("ConfigMap", &x.metadata),
-        Object::GatewayClass(x) => ("GatewayClass", &x.metadata),
-        Object::Gateway(x) => ("Gateway", &x.metadata),
-        Object::HttpRoute(x) => ("HTTPRoute", &x.metadata),
-        Object::ReferenceGrant(x) => ("ReferenceGrant", &x.metadata),
-    };
-    let name = meta.name.as_deref().unwrap_or_default();
-    match meta.namespace.as_deref() {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
-}
-
 /// Parses every document of a file. Any bad document fails the whole file, so a half-edited file
 /// never replaces its last good version. Unknown fields do not fail it: they are ignored, as the
 /// API server's default (non-strict) field validation does, and returned as warnings.
@@ -289,7 +211,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Parsed, DocError> {
             continue;
         }
         let (objects, unknown) = object(v).map_err(|(f, m)| err(i + 1, f, m))?;
-        let what = objects.first().map(describe).unwrap_or_default();
+        let what = objects.first().map(Object::describe).unwrap_or_default();
         out.warnings.extend(unknown.into_iter().map(|field| {
             err(
                 i + 1,
@@ -533,7 +455,7 @@ impl YamlSet {
         for o in self.files.values().flat_map(|s| &s.objects) {
             match o {
                 Object::Service(x) if services.contains(&key(&x.metadata)) => {
-                    o.clone().put_into(&mut w);
+                    w.put(o.clone());
                 }
                 Object::EndpointSlice(x) => {
                     let svc = x
@@ -543,7 +465,7 @@ impl YamlSet {
                         .and_then(|l| l.get(sluice_config::world::SERVICE_NAME_LABEL));
                     let ns = x.metadata.namespace.clone().unwrap_or_default();
                     if svc.is_some_and(|s| services.contains(&(ns, s.clone()))) {
-                        o.clone().put_into(&mut w);
+                        w.put(o.clone());
                     }
                 }
                 _ => {}
@@ -557,7 +479,7 @@ impl YamlSet {
         let mut w = World::new();
         for state in self.files.values() {
             for o in &state.objects {
-                o.clone().put_into(&mut w);
+                w.put(o.clone());
             }
         }
         w

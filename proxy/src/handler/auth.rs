@@ -217,7 +217,7 @@ async fn external<B>(ext: &External, req: &Request<B>, cx: &Asking<'_>) -> Verdi
 /// decided and remembered as any other.
 async fn remote_call<B>(
     ext: &External,
-    remote: &sluice_config::behaviour::Remote,
+    remote: &sluice_config::route_policy::Remote,
     req: &Request<B>,
     cx: &Asking<'_>,
     key: Option<(&crate::policy::auth::cache::AnswerCache, Vec<u8>)>,
@@ -258,7 +258,7 @@ enum AuthAt<'a> {
     /// A pool of sluice's, with the `Host` the subrequest carries.
     Pool(&'a Arc<Cluster>, HeaderValue),
     /// A host outside the cluster the operator allows.
-    Remote(&'a sluice_config::behaviour::Remote),
+    Remote(&'a sluice_config::route_policy::Remote),
 }
 
 /// The pool an auth subrequest goes to and the `Host` it carries: the auth Service's, or for a

@@ -4,8 +4,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
 use regex::Regex;
-use sluice_config::behaviour::{Canary, HeaderRule, RouteEdits, SameSite};
 use sluice_config::path::{expand, path_regex};
+use sluice_config::route_policy::{Canary, HeaderRule, RouteEdits, SameSite};
 use sluice_config::{PathKind, PathMatch};
 
 use crate::upstream::balance::cookie;
@@ -26,7 +26,7 @@ pub struct Edits {
     /// The session cookie of `affinity: cookie`.
     pub affinity: Option<SessionCookie>,
     /// `whitelist-source-range` / `denylist-source-range`.
-    pub source_ranges: Option<sluice_config::behaviour::SourceRanges>,
+    pub source_ranges: Option<sluice_config::route_policy::SourceRanges>,
     /// `enable-cors`.
     pub cors: Option<Cors>,
     /// `from-to-www-redirect`: the host this twin host redirects to.
@@ -36,7 +36,7 @@ pub struct Edits {
     /// `satisfy: any`: a client the source ranges admit skips authentication.
     pub satisfy_any: bool,
     /// `limit-rate`, `limit-rate-after`.
-    pub bandwidth: Option<sluice_config::behaviour::Bandwidth>,
+    pub bandwidth: Option<sluice_config::route_policy::Bandwidth>,
     /// `custom-headers`: set on the route's answers, replacing the pod's fields of the name.
     pub response_headers: Vec<(HeaderName, HeaderValue)>,
 }
@@ -54,7 +54,7 @@ pub struct Cors {
 }
 
 impl Cors {
-    fn compile(c: &sluice_config::behaviour::Cors) -> Option<Self> {
+    fn compile(c: &sluice_config::route_policy::Cors) -> Option<Self> {
         Some(Self {
             any_origin: c.origins.iter().any(|o| o == "*"),
             origins: c.origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
@@ -121,7 +121,7 @@ pub struct SessionCookie {
 }
 
 impl SessionCookie {
-    fn compile(c: &sluice_config::behaviour::SessionCookie, path: &PathMatch) -> Self {
+    fn compile(c: &sluice_config::route_policy::SessionCookie, path: &PathMatch) -> Self {
         use std::fmt::Write as _;
         let route_path = match path.kind {
             PathKind::Regex => "/",
@@ -341,7 +341,7 @@ impl CanaryRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_config::behaviour::Redirect;
+    use sluice_config::route_policy::Redirect;
     use sluice_config::{ObjectRef, RouteAction};
 
     fn canary(header: Option<(&str, HeaderRule)>, cookie: Option<&str>, weight: u32) -> CanaryRule {
@@ -413,7 +413,7 @@ mod tests {
     #[test]
     fn cors_origins() {
         let c = |origins: &[&str]| {
-            Cors::compile(&sluice_config::behaviour::Cors {
+            Cors::compile(&sluice_config::route_policy::Cors {
                 origins: origins.iter().map(|s| s.to_string()).collect(),
                 methods: "GET".into(),
                 headers: "X".into(),
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn session_cookie_attributes() {
-        let c = sluice_config::behaviour::SessionCookie {
+        let c = sluice_config::route_policy::SessionCookie {
             name: "route".into(),
             path: None,
             domain: Some("example.test".into()),

@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sluice_config::behaviour::RateLimits;
+use sluice_config::route_policy::RateLimits;
 
 /// Entries per limit table.
 pub const SLOTS: usize = 16 * 1024;

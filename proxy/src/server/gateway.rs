@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::GatewayServe;
+use super::sockets::Role;
 use super::tls::{TlsOptions, config_with};
 use crate::state::dataplane::{DataPlane, GatewayBind};
 
@@ -53,6 +54,8 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let domain = socket2::Domain::for_address(addr);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_reuse_address(true)?;
+    // As the Ingress listeners: a successor that could not be handed this socket binds beside.
+    s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     s.listen(1024)?;
@@ -75,6 +78,9 @@ pub async fn run(handle: GatewayServe, tls: TlsOptions) {
             let keep = want.contains(b);
             if !keep {
                 tracing::info!(address = %bind_addr(b), tls = b.tls, "Gateway socket closed");
+                handle
+                    .sockets()
+                    .closed(Role::Gateway { tls: b.tls }, bind_addr(b));
                 let _ = close.send(true);
             }
             keep
@@ -103,7 +109,10 @@ pub async fn run(handle: GatewayServe, tls: TlsOptions) {
             } else {
                 None
             };
-            match bind(addr) {
+            match handle
+                .sockets()
+                .listen(Role::Gateway { tls: b.tls }, addr, bind)
+            {
                 Ok(listener) => {
                     let (close, closed) = watch::channel(false);
                     handle.serve(listener, acceptor, closed);
@@ -116,8 +125,16 @@ pub async fn run(handle: GatewayServe, tls: TlsOptions) {
                 }
             }
         }
+        let gateway = |r: Role| matches!(r, Role::Gateway { .. });
+        if dp.generation() > 0 {
+            // The first snapshot is in: a handed-over Gateway socket it did not ask for closes.
+            handle.sockets().drop_unclaimed(gateway);
+        }
+        // Handed-over sockets wait for the first snapshot, which may not change what is wanted.
+        let unclaimed = handle.sockets().unclaimed(gateway) > 0;
         tokio::select! {
             r = wanted.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(100)), if unclaimed => {}
             _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
             // The server's drain waits for this task to let go of it.
             () = handle.until_stopped() => return,

@@ -10,6 +10,7 @@ pub mod gateway;
 pub mod listener;
 pub mod passthrough;
 pub mod proxy_protocol;
+pub mod sockets;
 mod streams;
 pub mod tls;
 
@@ -109,6 +110,8 @@ pub struct Server {
     tunnels: Arc<AtomicUsize>,
     loops: JoinSet<()>,
     limit: Arc<Semaphore>,
+    /// The listening sockets, for a successor (`--handover`).
+    sockets: Arc<sockets::ListenerSet>,
 }
 
 impl Server {
@@ -125,7 +128,14 @@ impl Server {
             tunnels: Arc::new(AtomicUsize::new(0)),
             loops: JoinSet::new(),
             limit,
+            sockets: Arc::default(),
         }
+    }
+
+    /// The listening sockets: bind through it (a socket handed over by a predecessor is
+    /// claimed there first) and hand them to a successor from it.
+    pub fn sockets(&self) -> &Arc<sockets::ListenerSet> {
+        &self.sockets
     }
 
     /// Starts serving on a bound listener; `tls` makes it an HTTPS listener.
@@ -179,6 +189,7 @@ impl Server {
                 gateway: true,
             },
             stop: self.stop.subscribe(),
+            sockets: Arc::clone(&self.sockets),
         }
     }
 
@@ -189,11 +200,24 @@ impl Server {
     /// HTTP/1 response carries `Connection: close` (busy keep-alive clients learn of the close on
     /// a response instead of racing a request against it); then idle connections are closed,
     /// HTTP/2 gets GOAWAY, and in-flight requests finish.
-    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+    pub async fn shutdown(self, deadline: Duration) -> bool {
+        self.shutdown_then(deadline, || {}).await
+    }
+
+    /// [`shutdown`](Self::shutdown), calling `stopped_accepting` once the accept loops have
+    /// ended (a successor that took the sockets over is told then).
+    pub async fn shutdown_then(
+        mut self,
+        deadline: Duration,
+        stopped_accepting: impl FnOnce(),
+    ) -> bool {
         let started = std::time::Instant::now();
         self.dp.start_draining();
         let _ = self.stop.send(true);
         while self.loops.join_next().await.is_some() {}
+        // The copies kept for a successor must not hold the sockets open.
+        self.sockets.clear();
+        stopped_accepting();
         let lame_duck = (deadline / 4).min(Duration::from_secs(1));
         tokio::time::sleep(lame_duck).await;
         let deadline = deadline.saturating_sub(started.elapsed());
@@ -283,6 +307,7 @@ fn builder(opts: &ServerOptions) -> auto::Builder<ConnExec> {
 pub struct GatewayServe {
     ctx: AcceptCtx,
     stop: watch::Receiver<bool>,
+    sockets: Arc<sockets::ListenerSet>,
 }
 
 impl std::fmt::Debug for GatewayServe {
@@ -310,6 +335,11 @@ impl GatewayServe {
     /// The data plane it serves.
     pub fn dataplane(&self) -> &Arc<DataPlane> {
         &self.ctx.dp
+    }
+
+    /// The server's listening sockets (see [`Server::sockets`]).
+    pub fn sockets(&self) -> &Arc<sockets::ListenerSet> {
+        &self.sockets
     }
 
     /// Whether the server has stopped (no socket may open any more).

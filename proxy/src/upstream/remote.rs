@@ -14,7 +14,7 @@ use http::Request;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use sluice_config::behaviour::Remote;
+use sluice_config::route_policy::Remote;
 use tokio::net::TcpStream;
 
 /// Why a call could not be made; the text goes to the log with the 500 the client gets.
@@ -145,7 +145,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_config::behaviour::Origin;
+    use sluice_config::route_policy::Origin;
 
     fn remote(host: &str, by_name: bool, cidrs: &str) -> Remote {
         Remote {

@@ -1,6 +1,8 @@
 //! The request handler: route → redirect or forward → response, with the standard proxy headers.
 
+mod admit;
 mod gateway;
+mod rewrite;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,9 +16,9 @@ use sluice_config::request_path;
 use sluice_config::{BalancePolicy, HashKey};
 use tokio::io::AsyncWriteExt;
 
-use crate::handler::local::{Local, error_response, limited, timed_out, unasked_switch};
+use crate::handler::local::{Local, error_response, timed_out, unasked_switch};
 use crate::handler::rules::ResponseRules;
-use crate::handler::{ConnInfo, auth, errors};
+use crate::handler::{ConnInfo, errors};
 use crate::io::activity::{Activity, Watched};
 use crate::policy::edits::Edits;
 use crate::state::dataplane::DataPlane;
@@ -25,9 +27,8 @@ use crate::telemetry::access_log::{self, UpstreamSeen};
 use crate::upstream::balance::{KeySource, cookie, cookie_key, request_hash};
 use crate::upstream::body::{ReqBody, RespBody};
 use crate::upstream::retry::{self, Plan};
-use crate::wire::decode::lists;
+use crate::wire::forwarded;
 use crate::wire::length;
-use crate::wire::{forwarded, hop};
 
 /// Routes and forwards the normalised path (see [`sluice_config::request_path`]): a request
 /// whose path changes gets the normalised one in its URI (query kept); one whose path climbs
@@ -310,86 +311,9 @@ pub(crate) fn route(
     req: Request<Option<Incoming>>,
 ) -> impl Future<Output = Response<RespBody>> {
     async move {
-        if let Some(edits) = &action.edits
-            && let Some(resp) = edits_answer(edits, conn, &req)
-        {
-            return resp;
-        }
-        if action.ssl_redirect && !conn.tls {
-            let host = request_host(&req).unwrap_or_default().to_string();
-            return Local::HttpsRedirect {
-                host: &host,
-                uri: req.uri(),
-                port: dp.https_port(),
-            }
-            .response();
-        }
-        let cert_fields = match &action.client_cert {
-            Some(rules) => match auth::client_cert(rules, conn, host_of(&req).as_deref()) {
-                auth::Verdict::Pass(fields) => fields,
-                auth::Verdict::Answer(answer) => return answer,
-            },
-            None => None,
-        };
-        let mut cors_origin = None;
-        let client =
-            || forwarded::client_ip(conn.remote.ip(), req.headers(), |ip| dp.settings.trusts(ip));
-        // `satisfy: any` lets a client the ranges refuse in with credentials, and one they admit in
-        // without; `all` (the default) needs both.
-        let satisfy_any =
-            action.edits.as_ref().is_some_and(|e| e.satisfy_any) && action.auth.is_some();
-        let in_range = action
-            .edits
-            .as_ref()
-            .and_then(|e| e.source_ranges.as_ref())
-            .map(|r| r.admits(client()));
-        if in_range == Some(false) && !satisfy_any {
-            return Local::Forbidden.response();
-        }
-        // Held until the response head is back: `limit-connections` counts requests in flight.
-        let _admitted = if action.limiter.is_some() {
-            match action.admit(client()) {
-                Ok(admitted) => admitted,
-                Err(_) => return limited(dp.settings.limit_status),
-            }
-        } else {
-            None
-        };
-        if let Some(cors) = action.edits.as_ref().and_then(|e| e.cors.as_ref()) {
-            cors_origin = cors.allow_origin(req.headers().get(header::ORIGIN));
-            if let Some(origin) = &cors_origin
-                && req.method() == http::Method::OPTIONS
-            {
-                let mut r = Local::Preflight.response();
-                cors.apply(r.headers_mut(), origin.clone(), true);
-                return r;
-            }
-        }
-        let passed = match &action.auth {
-            Some(gate) if !(satisfy_any && in_range == Some(true)) => {
-                let cx = auth::Asking {
-                    conn,
-                    host: request_host(&req).unwrap_or_default(),
-                    timeout: action
-                        .request_timeout
-                        .unwrap_or(dp.settings.request_timeout),
-                    tries: dp.settings.upstream_tries,
-                    client: client(),
-                    table,
-                    vhost: action.vhost,
-                };
-                // Boxed, like the error page below: only routes with external auth wait on it,
-                // and unboxed it would size every request's future (2.7 KB more, copied into
-                // each HTTP/2 stream's box).
-                match Box::pin(auth::check(gate, &req, &cx)).await {
-                    auth::Verdict::Pass(passed) => passed,
-                    auth::Verdict::Answer(answer) => return answer,
-                }
-            }
-            // Admitted by the ranges alone: the fields the auth service would set are still the
-            // auth service's, so a client's own copies go.
-            Some(gate) => auth::skipped(gate),
-            None => None,
+        let admitted = match admit::admit(table, dp, conn, action, &req).await {
+            Ok(a) => a,
+            Err(answer) => return answer,
         };
         // The route's pool, or the Ingress's default backend when that pool is gone or empty.
         let Some(cluster) = errors::pool_for(action) else {
@@ -417,61 +341,7 @@ pub(crate) fn route(
             .filter(|e| !e.custom_errors.is_empty() && action.fallback.is_some())
             .map(|_| errors::Original::of(req.headers(), req.uri()));
         let (mut parts, body) = req.into_parts();
-        let h2_up = cluster.protocol.is_h2();
-        let upgrade = !h2_up
-            && lists(&parts.headers, &header::CONNECTION, "upgrade")
-            && parts
-                .headers
-                .get(header::UPGRADE)
-                .is_some_and(|v| upgrade_allowed(v.as_bytes(), &s.allowed_upgrades));
-        let client_upgrade = if upgrade {
-            parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
-        } else {
-            None
-        };
-        hop::strip(&mut parts.headers, upgrade);
-        // The request was routed on the target's authority when it has one (absolute-form, HTTP/2
-        // `:authority`), so the upstream gets that host too (RFC 9112 §3.2.2), whatever `Host` said.
-        if let Some(a) = parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        {
-            parts.headers.insert(header::HOST, a);
-        }
-        // The default backend serving for a pool with no endpoint gets ingress-nginx's
-        // error-page fields, as for a `custom-http-errors` page (the URI before any rewrite).
-        let fallback_fields = errors::falls_back(action, cluster).then(|| {
-            let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            (uri.to_string(), parts.headers.get(header::ACCEPT).cloned())
-        });
-        if let Some(e) = edits {
-            e.apply(&mut parts);
-        }
-        for p in [&cert_fields, &passed].into_iter().flatten() {
-            p.apply(&mut parts.headers);
-        }
-        if let Some((uri, accept)) = fallback_fields {
-            let status = StatusCode::SERVICE_UNAVAILABLE;
-            errors::set_fields(action, status, &uri, accept, &mut parts.headers);
-        }
-        let h = &mut parts.headers;
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        if h2_up {
-            parts.version = Version::HTTP_2;
-            let host = h
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("localhost");
-            let scheme = if cluster.protocol.is_tls() {
-                "https"
-            } else {
-                "http"
-            };
-            parts.uri = format!("{scheme}://{host}{pq}")
-                .parse()
-                .unwrap_or_else(|_| Uri::from_static("/"));
-        }
+        let client_upgrade = rewrite::upstream_parts(dp, action, cluster, &admitted, &mut parts);
         // `affinity: cookie`: a client without the session cookie gets a new one, and this very
         // request is placed by it, so its next requests land where this one did.
         let session = edits
@@ -535,27 +405,7 @@ pub(crate) fn route(
             ))
             .await;
         }
-        hop::strip(&mut rparts.headers, false);
-        if let Some(e) = edits {
-            e.set_response_headers(&mut rparts.headers);
-        }
-        if let (Some(origin), Some(cors)) = (cors_origin, edits.and_then(|e| e.cors.as_ref())) {
-            cors.apply(&mut rparts.headers, origin, false);
-        }
-        if let (Some(value), Some(a)) = (&session, edits.and_then(|e| e.affinity.as_ref()))
-            && let Some(v) = a.set_cookie(value, std::time::SystemTime::now())
-        {
-            rparts.headers.append(header::SET_COOKIE, v);
-        }
-        if let Some(p) = &passed {
-            p.finish(rparts.status, &mut rparts.headers);
-        }
-        rparts.version = Version::HTTP_11;
-        let rbody = match edits.and_then(|e| e.bandwidth) {
-            Some(b) => rbody.throttled(b.rate, b.after),
-            None => rbody,
-        };
-        Response::from_parts(rparts, rbody)
+        rewrite::answer(edits, admitted, session, rparts, rbody)
     }
 }
 

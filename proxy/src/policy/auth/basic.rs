@@ -15,8 +15,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use http::header::{self, HeaderValue};
-use sluice_config::behaviour::BasicAuth;
 use sluice_config::htpasswd::PasswordHash;
+use sluice_config::route_policy::BasicAuth;
 use tokio::sync::Semaphore;
 
 use super::password;

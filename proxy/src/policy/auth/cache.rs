@@ -11,7 +11,7 @@ use arc_swap::ArcSwapOption;
 use base64::Engine;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode};
-use sluice_config::behaviour::{AuthCache, KeyPart};
+use sluice_config::route_policy::{AuthCache, KeyPart};
 
 use crate::upstream::balance::cookie;
 

@@ -12,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
-use sluice_config::behaviour::{ClientCertAuth, VerifyClient};
+use sluice_config::route_policy::{ClientCertAuth, VerifyClient};
 
 use crate::crypto::provider;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderValue;
 use md5::{Digest as _, Md5};
-use sluice_config::behaviour::DigestAuth;
+use sluice_config::route_policy::DigestAuth;
 
 use super::password::same;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode};
-use sluice_config::behaviour::{AuthTarget, ExternalAuth};
+use sluice_config::route_policy::{AuthTarget, ExternalAuth};
 
 use crate::upstream::body::ReqBody;
 use crate::upstream::cluster::Cluster;
@@ -35,7 +35,7 @@ pub struct External {
     /// `auth-cache-key`: remembered answers.
     pub(crate) cache: Option<super::cache::AnswerCache>,
     /// The operator allows the URL's host outside sluice's routes (`--auth-url-allow`).
-    pub(crate) remote: Option<sluice_config::behaviour::Remote>,
+    pub(crate) remote: Option<sluice_config::route_policy::Remote>,
     /// Calls to that host in flight at once, at most [`REMOTE_AT_ONCE`]: each is a fresh
     /// connection, so a flood of requests must not become a flood of outbound connections.
     pub(crate) remote_calls: std::sync::Arc<tokio::sync::Semaphore>,
@@ -253,7 +253,7 @@ mod tests {
             target: AuthTarget::Routed(None),
             url: "https://$host/oauth2/auth".into(),
             path: "/oauth2/auth".into(),
-            options: sluice_config::behaviour::ExternalOptions {
+            options: sluice_config::route_policy::ExternalOptions {
                 method: None,
                 signin: Some(signin.into()),
                 signin_redirect_param: param.into(),

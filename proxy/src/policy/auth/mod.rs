@@ -14,7 +14,7 @@ mod password;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_config::behaviour::{Auth, AuthTarget};
+use sluice_config::route_policy::{Auth, AuthTarget};
 use sluice_config::{ClusterKey, RouteAction};
 
 use crate::upstream::cluster::Cluster;

@@ -249,7 +249,7 @@ fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
                     action: RouteAction::Cluster(k.clone()),
                     source: r.source.clone(),
                     options: RouteOptions {
-                        limits: sluice_config::behaviour::RouteLimits {
+                        limits: sluice_config::route_policy::RouteLimits {
                             read_timeout: timeout,
                             ..Default::default()
                         },

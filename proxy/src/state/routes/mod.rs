@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use sluice_config::behaviour::{ClientCertAuth, RateLimits};
+use sluice_config::route_policy::{ClientCertAuth, RateLimits};
 use sluice_config::{
     ClusterKey, HostMatch, NextUpstream, ObjectRef, Route, RouteAction, RouteRef, Snapshot,
 };

@@ -170,3 +170,6 @@ impl World {
         self.endpoint_slices.values()
     }
 }
+
+mod object;
+pub use object::{Kind, Object};
