@@ -170,6 +170,9 @@ impl Running {
             proxy_protocol: c.proxy_protocol,
             ssl_passthrough: c.enable_ssl_passthrough,
             fast_path: c.fast_path,
+            // A handed-over socket's queue is the predecessor's to serve until this process
+            // has its routes.
+            accept_after_first_snapshot: c.handover.is_some(),
             ..ServerOptions::default()
         };
         let mut server = Server::new(Arc::clone(&dp), opts);

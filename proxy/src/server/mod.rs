@@ -75,6 +75,10 @@ pub struct ServerOptions {
     /// every connection. A diagnostic switch: the differential test runs the same requests both
     /// ways and compares.
     pub fast_path: bool,
+    /// Accept nothing before the first snapshot is applied: a connection waits in the
+    /// socket's queue instead of being answered 404. For sockets a predecessor handed over
+    /// (`--handover`), whose queue the predecessor still serves meanwhile.
+    pub accept_after_first_snapshot: bool,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +94,7 @@ impl Default for ServerOptions {
             proxy_protocol: false,
             ssl_passthrough: false,
             fast_path: true,
+            accept_after_first_snapshot: false,
         }
     }
 }
@@ -371,6 +376,14 @@ async fn accept_loop(
     mut close: Option<watch::Receiver<bool>>,
 ) {
     let local = listener.local_addr().ok();
+    if ctx.opts.accept_after_first_snapshot {
+        while ctx.dp.generation() == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
     loop {
         // Accept, then wait for a slot before serving: while every slot is taken, this loop
         // holds at most the one connection it accepted and the rest wait in the kernel's
@@ -381,7 +394,11 @@ async fn accept_loop(
             _ = stop.changed() => return,
             _ = closed(&mut close) => return,
         };
+        // Biased: a connection already taken from the queue is served when a slot is free,
+        // even as the loop is told to stop (a successor took the socket over, or a drain
+        // began); dropping it would reset a client that did nothing wrong.
         let permit = tokio::select! {
+            biased;
             p = Arc::clone(&ctx.limit).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stop.changed() => return,
             _ = closed(&mut close) => return,
