@@ -40,6 +40,24 @@ pub enum Command {
     ///
     /// Example: sluice check manifests/ ; sluice check --cluster --format json
     Check(crate::check::CheckArgs),
+    /// Make the directory `--handover` sockets live in, owned by the user sluice runs as.
+    ///
+    /// For an init container: a hostPath directory is created by the kubelet as root, where
+    /// sluice (uid 65532) cannot create its socket. Creates DIR, gives it to --owner and
+    /// makes it owner-only (0700). Needs root or CAP_CHOWN.
+    ///
+    /// Example: sluice prepare-handover /run/sluice --owner 65532:65532
+    PrepareHandover(PrepareHandoverArgs),
+}
+
+/// `sluice prepare-handover`.
+#[derive(Debug, Clone, Args)]
+pub struct PrepareHandoverArgs {
+    /// The directory.
+    pub dir: std::path::PathBuf,
+    /// `UID:GID` to own it.
+    #[arg(long, default_value = "65532:65532")]
+    pub owner: String,
 }
 
 /// Log output format.

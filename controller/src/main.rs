@@ -17,6 +17,15 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => a.common.clone(),
         Command::Controller(a) => a.common.clone(),
         Command::Check(a) => return check(a),
+        Command::PrepareHandover(a) => {
+            return match sluice::handover::prepare_dir(&a.dir, &a.owner) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
     };
     if let Err(e) = sluice::logging::init(common.log_format, &common.log_level) {
         eprintln!("sluice: {e:#}");
@@ -47,7 +56,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve(a) => sluice::serve::run(a).await,
             Command::Controller(a) => sluice::kube::run(a).await,
-            Command::Check(_) => Ok(()),
+            Command::Check(_) | Command::PrepareHandover(_) => Ok(()),
         }
     });
     match result {

@@ -407,6 +407,96 @@ fn check_probe(
     );
 }
 
+/// With hostNetwork: a rolling update hands the listening sockets over. No container port
+/// (each would be a host port the surge pod could not get), `--handover` in a hostPath
+/// directory the sluice container mounts, and an init container that gives that directory to
+/// uid 65532 with no capability but CHOWN.
+fn check_handover(source: &str, pod: &PodSpec, container: &Container) {
+    assert!(
+        container.ports.as_ref().is_none_or(Vec::is_empty),
+        "{source}: with hostNetwork, no container ports (they are host ports the surge pod of a rolling update could not get)"
+    );
+    let path =
+        flag(args(container), "handover").unwrap_or_else(|| panic!("{source}: no --handover=PATH"));
+    let dir = path
+        .rsplit_once('/')
+        .map(|(d, _)| d)
+        .unwrap_or_else(|| panic!("{source}: --handover {path} is not in a directory"));
+    let mounted = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == dir)
+            .map(|m| m.name.clone())
+    };
+    let volume = mounted(container)
+        .unwrap_or_else(|| panic!("{source}: nothing mounted at {dir}, where --handover lives"));
+    let host_path = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == volume)
+        .and_then(|v| v.host_path.as_ref())
+        .unwrap_or_else(|| {
+            panic!("{source}: volume {volume} must be a hostPath (old and new pod share it)")
+        });
+    assert_eq!(
+        host_path.type_.as_deref(),
+        Some("DirectoryOrCreate"),
+        "{source}: the handover hostPath"
+    );
+    let init = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| args(c).first().map(String::as_str) == Some("prepare-handover"))
+        .unwrap_or_else(|| panic!("{source}: no prepare-handover init container"));
+    assert_eq!(
+        args(init).get(1).map(String::as_str),
+        Some(dir),
+        "{source}: prepare-handover directory"
+    );
+    assert!(
+        args(init).iter().any(|a| a == "--owner=65532:65532"),
+        "{source}: prepare-handover --owner"
+    );
+    assert_eq!(
+        mounted(init),
+        Some(volume),
+        "{source}: prepare-handover mounts it"
+    );
+    assert_eq!(
+        init.image, container.image,
+        "{source}: prepare-handover image"
+    );
+    let sc = init
+        .security_context
+        .as_ref()
+        .unwrap_or_else(|| panic!("{source}: prepare-handover has no securityContext"));
+    let caps = sc.capabilities.as_ref();
+    let added: Vec<&str> = caps
+        .and_then(|c| c.add.as_ref())
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        added,
+        ["CHOWN"],
+        "{source}: prepare-handover capabilities.add"
+    );
+    assert!(
+        caps.and_then(|c| c.drop.as_ref())
+            .is_some_and(|d| d.iter().any(|c| c == "ALL")),
+        "{source}: prepare-handover drops ALL"
+    );
+    assert_eq!(
+        sc.allow_privilege_escalation,
+        Some(false),
+        "{source}: prepare-handover allowPrivilegeEscalation"
+    );
+}
+
 /// Checks the DaemonSet, ServiceAccount, IngressClass and RBAC of one controller render.
 fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
     let source = r.source.as_str();
@@ -464,11 +554,16 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
             host == "0.0.0.0" || host == "[::]",
             "{source}: --{flag_name} must listen on all addresses (probes come from the kubelet), got {host}"
         );
-        assert_eq!(
-            container_port(container, port_name),
-            Some(port),
-            "{source}: containerPort {port_name}"
-        );
+        if !host_network {
+            assert_eq!(
+                container_port(container, port_name),
+                Some(port),
+                "{source}: containerPort {port_name}"
+            );
+        }
+    }
+    if host_network {
+        check_handover(source, pod, container);
     }
     assert_eq!(
         flag(args, "log-format"),
@@ -614,7 +709,7 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
         "{source}: terminationGracePeriodSeconds ({grace}) must exceed --shutdown-timeout ({shutdown})"
     );
 
-    // Rolling update one node at a time, no surge (host ports).
+    // Rolling update: the new pod surges beside the old one (it takes the sockets over).
     let strategy = ds
         .spec
         .as_ref()
@@ -631,15 +726,13 @@ fn check_controller(r: &Rendered, host_network: bool, metrics: bool) {
         .unwrap_or_else(|| panic!("{source}: no rollingUpdate"));
     assert_eq!(
         rolling.max_unavailable,
-        Some(IntOrString::Int(1)),
-        "{source}: maxUnavailable"
+        Some(IntOrString::Int(0)),
+        "{source}: maxUnavailable must be 0 (the old pod serves until the new one took over)"
     );
-    assert!(
-        rolling
-            .max_surge
-            .as_ref()
-            .is_none_or(|s| *s == IntOrString::Int(0)),
-        "{source}: maxSurge must be 0 (host ports cannot surge)"
+    assert_eq!(
+        rolling.max_surge,
+        Some(IntOrString::Int(1)),
+        "{source}: maxSurge must be 1 (the new pod starts beside the old one)"
     );
 
     // Metrics annotations.
@@ -1007,6 +1100,7 @@ fn kustomize_base() {
             "--shutdown-timeout=25",
             "--log-format=json",
             "--configmap=sluice-system/sluice",
+            "--handover=/run/sluice/handover.sock",
         ],
         "base: arguments"
     );

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use sluice_proxy::DataPlane;
 use sluice_proxy::server::sockets::{ListenerSet, Role};
 use tokio::sync::mpsc;
 
@@ -184,7 +185,11 @@ impl Offer {
 
 /// This process is serving: tells the predecessor (if any) to stop accepting, takes PATH over,
 /// and offers this process's sockets to the next successor.
-pub async fn settle(taken: Taken, sockets: Arc<ListenerSet>) -> io::Result<Offer> {
+pub async fn settle(
+    taken: Taken,
+    sockets: Arc<ListenerSet>,
+    dp: Arc<DataPlane>,
+) -> io::Result<Offer> {
     let path = taken.path.clone();
     if let Some((stream, pid)) = taken.predecessor {
         let told = tokio::task::spawn_blocking(move || -> io::Result<()> {
@@ -218,9 +223,10 @@ pub async fn settle(taken: Taken, sockets: Arc<ListenerSet>) -> io::Result<Offer
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 let (sockets, state, tx) = (Arc::clone(&sockets), Arc::clone(&state), tx.clone());
+                let dp = Arc::clone(&dp);
                 let _ = std::thread::Builder::new()
                     .name("sluice-handover-conn".into())
-                    .spawn(move || serve_successor(&conn, &sockets, &state, &tx));
+                    .spawn(move || serve_successor(&conn, (&sockets, &dp), &state, &tx));
             }
         })?;
     Ok(Offer { requested })
@@ -253,7 +259,7 @@ struct OfferState {
 /// One successor's conversation with this process.
 fn serve_successor(
     conn: &UnixStream,
-    sockets: &ListenerSet,
+    (sockets, dp): (&ListenerSet, &DataPlane),
     state: &Mutex<OfferState>,
     requested: &mpsc::UnboundedSender<std::sync::mpsc::Sender<()>>,
 ) {
@@ -298,12 +304,13 @@ fn serve_successor(
         }
         s.busy = true;
     }
-    let outcome = hand_over(conn, sockets, pid, requested);
+    let outcome = hand_over(conn, (sockets, dp), pid, requested);
     let mut s = lock();
     s.busy = false;
     match outcome {
         Ok(()) => s.done = true,
         Err(e) => {
+            dp.set_yielding(false);
             tracing::warn!(successor = pid, error = %e, "handover: the successor went away before it was ready; still serving")
         }
     }
@@ -312,7 +319,7 @@ fn serve_successor(
 /// Sends the sockets, waits for the successor to be ready, stops accepting, says so.
 fn hand_over(
     conn: &UnixStream,
-    sockets: &ListenerSet,
+    (sockets, dp): (&ListenerSet, &DataPlane),
     pid: u32,
     requested: &mpsc::UnboundedSender<std::sync::mpsc::Sender<()>>,
 ) -> io::Result<()> {
@@ -332,6 +339,7 @@ fn hand_over(
         sockets: listed,
     };
     wire::send(conn, &msg, &fds)?;
+    dp.set_yielding(true);
     let sent = fds.len();
     drop(fds);
     drop(held);
@@ -346,11 +354,11 @@ fn hand_over(
         other => return Err(io::Error::other(format!("said {other:?} instead of ready"))),
     }
     let (ack, stopped) = std::sync::mpsc::channel();
-    requested
-        .send(ack)
-        .map_err(|_| io::Error::other("this process is already stopping"))?;
-    // Whatever happens next, this process stops accepting: the successor serves.
-    let _ = stopped.recv_timeout(Duration::from_secs(30));
+    // Nobody to ask when this process is stopping already (a SIGTERM came first): it has
+    // stopped accepting, or is about to, which is what the successor waits to hear.
+    if requested.send(ack).is_ok() {
+        let _ = stopped.recv_timeout(Duration::from_secs(30));
+    }
     let _ = wire::send(conn, &Message::Stopped, &[]);
     tracing::info!(successor = pid, "handover: stopped accepting; draining");
     Ok(())
@@ -374,6 +382,24 @@ fn same_user(conn: &UnixStream) -> Result<(), String> {
 #[cfg(test)]
 mod tests;
 
+/// `sluice prepare-handover DIR --owner UID:GID`: creates the directory the handover socket
+/// lives in and gives it to the user sluice runs as, owner-only.
+pub fn prepare_dir(dir: &Path, owner: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let (uid, gid) = owner
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+        .with_context(|| format!("--owner {owner:?}: expected UID:GID (numbers)"))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The mode first: once the directory is another user's, changing it needs CAP_FOWNER.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} owner-only", dir.display()))?;
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+        .with_context(|| format!("giving {} to {uid}:{gid}", dir.display()))?;
+    println!("{} is {uid}:{gid}, mode 0700", dir.display());
+    Ok(())
+}
+
 /// [`take`] when `--handover` is set, off the async runtime.
 pub async fn take_from(path: Option<&Path>) -> Option<Taken> {
     let path = path?.to_path_buf();
@@ -390,7 +416,7 @@ pub async fn take_from(path: Option<&Path>) -> Option<Taken> {
 /// or when PATH cannot be taken over (said in the log; this process serves on regardless).
 pub async fn settle_when_ready(
     taken: Option<Taken>,
-    dp: Arc<sluice_proxy::DataPlane>,
+    dp: Arc<DataPlane>,
     sockets: Arc<ListenerSet>,
 ) -> Option<Offer> {
     let taken = taken?;
@@ -398,7 +424,7 @@ pub async fn settle_when_ready(
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let path = taken.path.clone();
-    match settle(taken, sockets).await {
+    match settle(taken, sockets, dp).await {
         Ok(offer) => Some(offer),
         Err(e) => {
             tracing::error!(path = %path.display(), error = %e, "handover: cannot listen for a successor; a new process will bind beside this one");

@@ -7,20 +7,39 @@ use std::net::{SocketAddr, TcpStream};
 
 use super::*;
 
+fn dp() -> Arc<DataPlane> {
+    DataPlane::new(sluice_proxy::ProxySettings::default(), None).unwrap()
+}
+
 fn dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
 /// An "old process": a set listening on one loopback socket, offering it at `path`.
-async fn old_at(path: &Path) -> (Arc<ListenerSet>, tokio::net::TcpListener, Offer) {
+async fn old_at(path: &Path) -> (Arc<DataPlane>, tokio::net::TcpListener, Offer) {
     let set = Arc::new(ListenerSet::default());
     let l = set
         .listen(Role::Https, SocketAddr::from(([127, 0, 0, 1], 0)), |a| {
             sluice_proxy::server::listener::bind(a)
         })
         .unwrap();
-    let offer = settle(Taken::alone(path), Arc::clone(&set)).await.unwrap();
-    (set, l, offer)
+    let dp = dp();
+    let offer = settle(Taken::alone(path), set, Arc::clone(&dp))
+        .await
+        .unwrap();
+    (dp, l, offer)
+}
+
+/// Whether `f` turns true within two seconds.
+fn eventually(f: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 async fn take_async(path: &Path) -> Taken {
@@ -46,7 +65,7 @@ async fn without_a_process_or_with_a_stale_file_the_new_one_binds_alone() {
 async fn the_same_socket_moves_with_its_queued_connection_and_the_chain_goes_on() {
     let d = dir();
     let path = d.path().join("handover.sock");
-    let (_old_set, old_listener, mut old_offer) = old_at(&path).await;
+    let (_old_dp, old_listener, mut old_offer) = old_at(&path).await;
     let at = old_listener.local_addr().unwrap();
     // A client waits in the accept queue while the sockets move.
     let mut queued = TcpStream::connect(at).unwrap();
@@ -64,7 +83,7 @@ async fn the_same_socket_moves_with_its_queued_connection_and_the_chain_goes_on(
         drop(old_listener);
         ack.done();
     });
-    let mut new_offer = settle(taken, Arc::clone(&new_set)).await.unwrap();
+    let mut new_offer = settle(taken, Arc::clone(&new_set), dp()).await.unwrap();
     old.await.unwrap();
     let (mut conn, _) = new_listener.accept().await.unwrap();
     queued.write_all(b"hi").unwrap();
@@ -80,7 +99,7 @@ async fn the_same_socket_moves_with_its_queued_connection_and_the_chain_goes_on(
     assert_eq!(third.sockets[0].1.local_addr().unwrap(), at);
     let second = tokio::spawn(async move { new_offer.requested().await.done() });
     let third_set = Arc::new(ListenerSet::default());
-    settle(third, third_set).await.unwrap();
+    settle(third, third_set, dp()).await.unwrap();
     second.await.unwrap();
 }
 
@@ -88,10 +107,15 @@ async fn the_same_socket_moves_with_its_queued_connection_and_the_chain_goes_on(
 async fn a_successor_that_dies_before_it_is_ready_leaves_the_old_one_serving() {
     let d = dir();
     let path = d.path().join("handover.sock");
-    let (_set, l, _offer) = old_at(&path).await;
+    let (dp, l, _offer) = old_at(&path).await;
     let taken = take_async(&path).await;
     assert_eq!(taken.sockets.len(), 1);
+    assert!(
+        eventually(|| dp.is_yielding()),
+        "readiness says 503 while a successor gets ready"
+    );
     drop(taken); // dies: its connection closes without "ready"
+    assert!(eventually(|| !dp.is_yielding()), "ready again");
     let at = l.local_addr().unwrap();
     let _client = TcpStream::connect(at).unwrap();
     assert!(l.accept().await.is_ok(), "the old one still accepts");
@@ -104,7 +128,7 @@ async fn a_successor_that_dies_before_it_is_ready_leaves_the_old_one_serving() {
 async fn a_second_successor_at_once_is_told_to_wait_and_is_not_handed_anything() {
     let d = dir();
     let path = d.path().join("handover.sock");
-    let (_set, _l, _offer) = old_at(&path).await;
+    let (_dp, _l, _offer) = old_at(&path).await;
     let first = take_async(&path).await;
     assert_eq!(first.sockets.len(), 1);
     let conn = UnixStream::connect(&path).unwrap();
@@ -119,7 +143,7 @@ async fn a_second_successor_at_once_is_told_to_wait_and_is_not_handed_anything()
 async fn another_version_and_garbage_are_refused_and_the_old_one_serves_on() {
     let d = dir();
     let path = d.path().join("handover.sock");
-    let (_set, l, _offer) = old_at(&path).await;
+    let (_dp, l, _offer) = old_at(&path).await;
     let conn = UnixStream::connect(&path).unwrap();
     conn.set_read_timeout(Some(ANSWER_TIMEOUT)).unwrap();
     let hello = Message::Hello {
@@ -172,4 +196,17 @@ fn the_path_is_owner_only_and_replaced_in_one_step() {
         "the path now reaches the newer listener"
     );
     assert!(first.accept().is_err());
+}
+
+#[test]
+fn the_directory_is_prepared_for_its_owner_or_the_owner_is_refused() {
+    let d = dir();
+    let target = d.path().join("run").join("sluice");
+    let me = rustix::process::getuid().as_raw();
+    let group = rustix::process::getgid().as_raw();
+    prepare_dir(&target, &format!("{me}:{group}")).unwrap();
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert!(prepare_dir(&target, "nobody").is_err());
+    assert!(prepare_dir(&target, "1:x").is_err());
 }

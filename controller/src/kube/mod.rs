@@ -231,7 +231,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         o = settling => o,
     };
     tokio::select! {
-        () = &mut terminated => tracing::info!("shutdown requested"),
+        () = &mut terminated => {
+            tracing::info!("shutdown requested");
+            // A successor that asks from now on hears at once that this process stops.
+            drop(offer.take());
+        }
         ack = crate::handover::requested(offer.as_mut()) => {
             tracing::info!("a successor serves on these sockets: releasing the lease and draining");
             c.running.hand_over(ack);

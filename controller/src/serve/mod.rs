@@ -236,7 +236,11 @@ impl Serving {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut serving = start(&args).await?;
     tokio::select! {
-        () = crate::app::termination() => tracing::info!("shutdown requested"),
+        () = crate::app::termination() => {
+            tracing::info!("shutdown requested");
+            // A successor that asks from now on hears at once that this process stops.
+            serving.offer = None;
+        }
         ack = serving.handover_requested() => {
             tracing::info!("a successor serves on these sockets: draining");
             serving.running.hand_over(ack);

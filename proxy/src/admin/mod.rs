@@ -222,6 +222,11 @@ pub fn respond<B>(
     }
     match path {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n"),
+        "/readyz" if dp.is_yielding() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "handing over to a successor\n",
+        ),
         "/readyz" if dp.is_ready() => text(StatusCode::OK, "text/plain", "ready\n"),
         "/readyz" if dp.is_draining() => {
             text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")

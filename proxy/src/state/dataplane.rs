@@ -69,6 +69,8 @@ pub struct DataPlane {
     applied_once: AtomicBool,
     listening: AtomicBool,
     draining: AtomicBool,
+    /// A successor took the listening sockets and is getting ready (`--handover`).
+    yielding: AtomicBool,
     generation: AtomicU64,
     last_apply_unix_ms: AtomicU64,
     https_port: AtomicU16,
@@ -130,6 +132,7 @@ impl DataPlane {
             applied_once: AtomicBool::new(false),
             listening: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            yielding: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             last_apply_unix_ms: AtomicU64::new(0),
             https_port: AtomicU16::new(settings_https_port),
@@ -416,6 +419,19 @@ impl DataPlane {
     /// Starts draining: readiness turns false.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// A successor holds this process's sockets and is getting ready (`--handover`):
+    /// `/readyz` says 503 meanwhile, so that a probe of the new pod answered by this process
+    /// (they share the admin socket) does not mark the new pod ready before it is. Serving
+    /// goes on. `false` again when the successor went away.
+    pub fn set_yielding(&self, on: bool) {
+        self.yielding.store(on, Ordering::Release);
+    }
+
+    /// See [`set_yielding`](Self::set_yielding).
+    pub fn is_yielding(&self) -> bool {
+        self.yielding.load(Ordering::Acquire)
     }
 
     /// Whether shutdown has begun.
