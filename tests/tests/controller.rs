@@ -329,6 +329,112 @@ async fn not_ready_until_the_first_snapshot_and_no_404_for_existing_routes() {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
+on_both!(handover, handover_fake, handover_real);
+
+/// `--handover` between two controller generations: the new one serves on the same socket,
+/// the lease moves at once and never to two holders (the old one's status writers stop before
+/// it releases), status writing moves with it, and requests through the socket never fail.
+async fn handover(api: &TestApi) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let a = backend_at("a", api.backend_addr()).await;
+    base(api, "web", &[a.addr]).await;
+    api.apply_yaml(&ingress("ours", "ours.test", &[("/", "Prefix", "web")]))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("handover.sock");
+    let flags = ["--handover", path.to_str().unwrap()];
+    let mut one = api.controller("one", &flags).await;
+    assert!(ready(&one).await);
+    let mut offer = one.settle_handover().await.expect("offers its sockets");
+    assert!(
+        eventually(Duration::from_secs(5), || async { *one.leader.borrow() }).await,
+        "the only replica leads"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lb_ingress(api, "ours").await == json!([{"ip": "10.1.2.3"}])
+        })
+        .await
+    );
+    let http = one.running.http_addr.unwrap();
+
+    // Requests all through the handover.
+    let (ok, failed, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let load = {
+        let (ok, failed, stop) = (Arc::clone(&ok), Arc::clone(&failed), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let c = client();
+            while !stop.load(Ordering::Relaxed) {
+                match get(&c, http, "ours.test", "/").await {
+                    Ok(r) if r.backend() == Some("a") => ok.fetch_add(1, Ordering::Relaxed),
+                    other => {
+                        eprintln!("{other:?}");
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    // When each one's leadership flips.
+    let flipped = |mut rx: tokio::sync::watch::Receiver<bool>, to: bool| {
+        tokio::spawn(async move {
+            let _ = rx.wait_for(|l| *l == to).await;
+            std::time::Instant::now()
+        })
+    };
+    let one_stepped_down = flipped(one.leader.clone(), false);
+
+    let mut two = api.controller("two", &flags).await;
+    assert_eq!(
+        two.running.http_addr,
+        Some(http),
+        "the same socket, handed over"
+    );
+    let two_leads = flipped(two.leader.clone(), true);
+    let old = tokio::spawn(async move {
+        let ack = offer.requested().await;
+        one.running.hand_over(ack);
+        one.shutdown(Duration::from_secs(3)).await
+    });
+    let _next_offer = two.settle_handover().await.expect("offers in turn");
+    assert!(old.await.unwrap(), "the old generation drained in time");
+    let (down, up) = (
+        one_stepped_down.await.unwrap(),
+        tokio::time::timeout(Duration::from_secs(5), two_leads)
+            .await
+            .expect("the new generation leads")
+            .unwrap(),
+    );
+    assert!(down <= up, "never two leaders");
+    let gap = up.duration_since(down);
+    println!("leadership moved in {gap:?}");
+    assert!(gap < Duration::from_secs(1), "no gap: {gap:?}");
+
+    // Status writing moved too.
+    api.apply_yaml(&ingress("late", "late.test", &[("/", "Prefix", "web")]))
+        .await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lb_ingress(api, "late").await == json!([{"ip": "10.1.2.3"}])
+        })
+        .await,
+        "the new leader writes status"
+    );
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    println!("{ok} requests answered, {failed} failed through the handover");
+    assert_eq!(failed, 0);
+    assert!(ok > 20, "load ran: {ok}");
+    two.shutdown(Duration::from_secs(3)).await;
+}
+
 on_both!(leader_election, leader_election_fake, leader_election_real);
 
 /// One leader writes status; when it dies the other takes over within the lease.

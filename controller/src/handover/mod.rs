@@ -49,6 +49,11 @@ pub struct Taken {
 }
 
 impl Taken {
+    /// Whether a predecessor handed its sockets over.
+    pub fn from_predecessor(&self) -> bool {
+        self.predecessor.is_some()
+    }
+
     fn alone(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),

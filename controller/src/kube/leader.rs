@@ -109,6 +109,8 @@ pub struct Elector<S> {
     timing: Timing,
     observed: Option<(String, Instant)>,
     last_renew: Option<Instant>,
+    /// Wakes the loop for an attempt before the retry period is up.
+    try_now: std::sync::Arc<tokio::sync::Notify>,
 }
 
 fn record_of(l: &Lease) -> String {
@@ -132,7 +134,14 @@ impl<S: LeaseStore> Elector<S> {
             timing,
             observed: None,
             last_renew: None,
+            try_now: std::sync::Arc::default(),
         }
+    }
+
+    /// A handle that makes the next attempt now (a predecessor that handed its sockets over
+    /// has just released the lease: take it at once, not a retry period later).
+    pub fn nudge(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::clone(&self.try_now)
     }
 
     fn spec(&self, prev: Option<&LeaseSpec>) -> LeaseSpec {
@@ -259,6 +268,7 @@ impl<S: LeaseStore> Elector<S> {
             });
             tokio::select! {
                 _ = tokio::time::sleep(self.timing.retry_period) => {}
+                _ = self.try_now.notified() => {}
                 _ = stop.changed() => {
                     if *leader.borrow() {
                         self.release().await;

@@ -43,6 +43,7 @@ pub struct Controlling {
     elector: JoinHandle<()>,
     /// With `--handover`: what the predecessor handed over, until this instance is ready.
     taken: Option<crate::handover::Taken>,
+    elect_now: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// This instance's identity for leader election.
@@ -118,6 +119,7 @@ pub async fn start(
         &identity,
         timing,
     );
+    let elect_now = elector.nudge();
     let elector = tokio::spawn(elector.run(leader_tx, stop_rx));
 
     let src = if !args.publish_status_address.is_empty() {
@@ -157,6 +159,7 @@ pub async fn start(
         tasks,
         elector,
         taken,
+        elect_now,
     })
 }
 
@@ -193,12 +196,35 @@ impl Controlling {
     /// Releases leadership (first: a successor that took the sockets over takes the lease at
     /// once), stops the loops and drains the listeners.
     pub async fn shutdown(self, deadline: Duration) -> bool {
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.elector).await;
+        // The status writers first: none of them may write once the lease is released (a
+        // successor may hold it by then).
         for t in &self.tasks {
             t.abort();
         }
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.elector).await;
         self.running.shutdown(deadline).await
+    }
+
+    /// With `--handover`: once this instance is ready, tells the predecessor to stop (it
+    /// releases the lease as it does) and makes an election attempt at once, so leadership
+    /// and status writing move without waiting a retry period. Then offers this instance's
+    /// sockets to its own successor. `None` without `--handover`.
+    pub async fn settle_handover(&mut self) -> Option<crate::handover::Offer> {
+        let had_predecessor = self
+            .taken
+            .as_ref()
+            .is_some_and(crate::handover::Taken::from_predecessor);
+        let offer = crate::handover::settle_when_ready(
+            self.taken.take(),
+            std::sync::Arc::clone(&self.running.dp),
+            self.running.sockets(),
+        )
+        .await;
+        if had_predecessor {
+            self.elect_now.notify_one();
+        }
+        offer
     }
 
     /// Stops abruptly without releasing the lease (a crashed replica).
@@ -221,14 +247,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let terminated = crate::app::termination();
     tokio::pin!(terminated);
     // Ready (every kind listed, the first snapshot applied): the predecessor may stop.
-    let settling = crate::handover::settle_when_ready(
-        c.taken.take(),
-        std::sync::Arc::clone(&c.running.dp),
-        c.running.sockets(),
-    );
     let mut offer = tokio::select! {
         () = &mut terminated => None,
-        o = settling => o,
+        o = c.settle_handover() => o,
     };
     tokio::select! {
         () = &mut terminated => {
