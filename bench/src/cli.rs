@@ -44,6 +44,12 @@ pub(crate) enum Cmd {
     /// --connections each (default 5000, quick 1000), read --duration seconds (default 15)
     /// after the last answer.
     Idle(ScenarioArgs),
+    /// Each peer's own process replaced twice under constant load, the way its users replace
+    /// it: sluice by --handover, nginx by binary upgrade (USR2, WINCH, QUIT), HAProxy by
+    /// seamless reload, Caddy and Traefik by restart. Per load (HTTPS keep-alive, HTTP with a
+    /// new connection per request, HTTP/2): failed requests, refused connections, and the p99
+    /// of the seconds the replacements happen in.
+    Upgrade(ScenarioArgs),
     /// A published test as one named run, its report beside the published figures
     /// (`seed --list` for the names).
     Seed(SeedArgs),

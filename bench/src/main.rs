@@ -39,6 +39,7 @@ fn main() -> Result<()> {
         Cmd::Validate(a) => scenario_main(Job::Scenario(Scenario::Validate), a, nofile),
         Cmd::Abuse(a) => scenario_main(Job::Scenario(Scenario::Abuse), a, nofile),
         Cmd::Idle(a) => scenario_main(Job::Scenario(Scenario::Idle), a, nofile),
+        Cmd::Upgrade(a) => scenario_main(Job::Scenario(Scenario::Upgrade), a, nofile),
         Cmd::Seed(s) => match s.name.as_deref().filter(|_| !s.list) {
             None => {
                 print!("{}", seed::list());
@@ -224,9 +225,10 @@ async fn run_scenario(
             log_dir: Some(out.join("logs")),
             kube_apiserver,
             api_ingresses: a.ingresses.first().copied().unwrap_or(1),
-            http2: matches!(job, Job::Scenario(Scenario::Abuse)),
+            http2: matches!(job, Job::Scenario(Scenario::Abuse | Scenario::Upgrade)),
             body_size: 0,
             client_cert_host: false,
+            handover: matches!(job, Job::Scenario(Scenario::Upgrade)),
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

@@ -10,6 +10,7 @@ pub mod proc;
 pub mod sluice;
 pub mod sluice_api;
 pub mod traefik;
+mod upgrade;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -173,6 +174,8 @@ pub struct PeerEnv {
     /// abuse scenario's `cert-subject` attack); off elsewhere, since a host with client
     /// certificates makes sluice read every ClientHello first.
     pub client_cert_host: bool,
+    /// sluice runs with `--handover` (the upgrade scenario replaces it that way).
+    pub handover: bool,
 }
 
 /// Starting or changing a peer failed.

@@ -173,7 +173,7 @@ pub(super) async fn start(
     } else {
         (listen.as_str(), "off")
     };
-    let args = serve_args(
+    let mut args = serve_args(
         &manifests,
         http,
         https,
@@ -181,6 +181,10 @@ pub(super) async fn start(
         (env.workers, env.http2),
         &env.sluice_log_level,
     );
+    if env.handover {
+        args.push("--handover".into());
+        args.push(dir.join("handover.sock").display().to_string());
+    }
     let proc = Proc::spawn(&env.sluice_bin, &args, dir, &[], env.cpus.as_deref())?;
     let mut s = BTreeMap::new();
     s.insert(

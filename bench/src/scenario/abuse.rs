@@ -49,6 +49,7 @@ pub async fn run(c: &Common) -> Report {
                 attack.connections(attackers),
                 ATTACK_AFTER.min(duration),
             )),
+            upgrade: Vec::new(),
         };
         let order: Vec<PeerKind> = if i % 2 == 1 {
             c.peers.iter().rev().copied().collect()

@@ -7,6 +7,7 @@ pub mod churn;
 pub mod idle;
 pub mod scale;
 pub mod seed;
+pub mod upgrade;
 pub mod validate;
 
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub enum Scenario {
     Abuse,
     /// Memory per idle keep-alive connection.
     Idle,
+    /// Each peer's process replaced twice under load.
+    Upgrade,
 }
 
 impl Scenario {
@@ -60,6 +63,7 @@ impl Scenario {
             Scenario::Validate => "validate",
             Scenario::Abuse => "abuse",
             Scenario::Idle => "idle",
+            Scenario::Upgrade => "upgrade",
         }
     }
 
@@ -83,7 +87,7 @@ impl Scenario {
             ],
             // One of each server (the reload and runtime variants differ only in how they
             // change endpoints, which this scenario does not do); no attack on `direct`.
-            Scenario::Abuse => vec![
+            Scenario::Abuse | Scenario::Upgrade => vec![
                 PeerKind::Sluice,
                 PeerKind::NginxReload,
                 PeerKind::HaproxyReload,
@@ -106,6 +110,7 @@ impl Scenario {
             Scenario::Validate => validate::run(common).await,
             Scenario::Abuse => abuse::run(common).await,
             Scenario::Idle => idle::run(common).await,
+            Scenario::Upgrade => upgrade::run(common).await,
         }
     }
 }
@@ -214,6 +219,8 @@ pub struct RunSetup {
     /// An attack run beside the load (abuse scenario): which, how many connections, and
     /// how long after the load starts.
     pub attack: Option<(Attack, usize, Duration)>,
+    /// When the peer's process is replaced (upgrade scenario), from the load's start.
+    pub upgrade: Vec<Duration>,
 }
 
 /// Runs one peer through one setup: fresh pods, start, load (+ churn), stop.
@@ -286,6 +293,7 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
         let churning = async {
             match churn {
                 Some(plan) => churn::drive(&mut peer, &mut pods, &mut term, t0, plan).await,
+                None if !unrouted => upgrade::drive(&mut peer, t0, &setup.upgrade).await,
                 None => Vec::new(),
             }
         };
