@@ -36,6 +36,9 @@ struct Conf {
     http2: bool,
     workers: usize,
     lua_port: Option<u16>,
+    /// Runs as a daemon (its master's parent exits): nginx ignores the binary-upgrade signal
+    /// (USR2) while the parent it started under is alive, so the upgrade scenario needs it.
+    daemon: bool,
 }
 
 pub(super) fn unavailable(lua: bool) -> Option<String> {
@@ -135,8 +138,9 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
     }
     let _ = write!(
         s,
-        "worker_processes {w};\nworker_rlimit_nofile 16384;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections 8192;\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  map $http_x_request_id $req_id {{\n    default $http_x_request_id;\n    \"\" $request_id;\n  }}\n  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n  proxy_set_header X-Forwarded-Proto $scheme;\n  proxy_set_header X-Forwarded-Host $http_host;\n  proxy_set_header X-Forwarded-Port $server_port;\n  proxy_set_header X-Request-ID $req_id;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
-        w = c.workers
+        "worker_processes {w};\nworker_rlimit_nofile 16384;\ndaemon {daemon};\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections 8192;\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  map $http_x_request_id $req_id {{\n    default $http_x_request_id;\n    \"\" $request_id;\n  }}\n  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n  proxy_set_header X-Forwarded-Proto $scheme;\n  proxy_set_header X-Forwarded-Host $http_host;\n  proxy_set_header X-Forwarded-Port $server_port;\n  proxy_set_header X-Request-ID $req_id;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
+        w = c.workers,
+        daemon = if c.daemon { "on" } else { "off" },
     );
     if let Some(lp) = c.lua_port {
         lua_http(&mut s, eps);
@@ -233,10 +237,19 @@ pub(super) async fn start(
         http2: env.http2,
         workers: env.workers,
         lua_port,
+        daemon: env.handover,
     };
     super::write(&dir.join("nginx.conf"), &config(dir, &conf, eps))?;
     let args = args(dir);
-    let proc = Proc::spawn(&bin, &args, dir, &[], env.cpus.as_deref())?;
+    let mut proc = Proc::spawn(&bin, &args, dir, &[], env.cpus.as_deref())?;
+    if conf.daemon {
+        // The started process forks the master and exits: follow the master by its pid file.
+        let master = wait_pid_file(&dir.join("nginx.pid")).await.ok_or_else(|| {
+            PeerError::NotReady(format!("nginx wrote no pid file:\n{}", proc.log_tail()))
+        })?;
+        proc.wait_exit(std::time::Duration::from_secs(5)).await;
+        proc = proc.adopt(master);
+    }
     let state = State::Nginx(Nginx {
         bin,
         dir: dir.to_path_buf(),
@@ -251,6 +264,21 @@ pub(super) async fn start(
         );
     }
     Ok((Some(proc), state, s))
+}
+
+/// The pid in `path` once nginx has written it (up to 10 s).
+async fn wait_pid_file(path: &Path) -> Option<u32> {
+    let end = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::time::Instant::now() < end {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return Some(pid);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    None
 }
 
 /// Creates `DIR/tmp` and opens both to nginx's workers, which run as `nobody` when the master
