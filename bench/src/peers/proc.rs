@@ -55,7 +55,10 @@ impl Proc {
             program: program.to_path_buf(),
             args: args.to_vec(),
             dir: dir.to_path_buf(),
-            env: env.iter().map(|(k, v)| ((*k).to_string(), v.clone())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.clone()))
+                .collect(),
             cpus: cpus.map(str::to_string),
         };
         how.spawn("")
@@ -80,8 +83,9 @@ impl Proc {
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         match &mut self.child {
             Some(c) => c.try_wait().ok().flatten(),
-            None => (!sys::alive(self.pid))
-                .then(|| std::os::unix::process::ExitStatusExt::from_raw(0)),
+            None => {
+                (!sys::alive(self.pid)).then(|| std::os::unix::process::ExitStatusExt::from_raw(0))
+            }
         }
     }
 

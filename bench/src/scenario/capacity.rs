@@ -107,7 +107,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
                 wrk_threads: c.wrk_threads.filter(|_| keep_alive),
                 h2load: h2.then_some((c.load_threads, H2_STREAMS)),
                 attack: None,
-            upgrade: Vec::new(),
+                upgrade: Vec::new(),
             };
             // Odd rounds run the peers in reverse, so neither goes first every time.
             let order: Vec<PeerKind> = if round % 2 == 1 {

@@ -275,7 +275,7 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
         wrk_threads: None,
         h2load: None,
         attack: None,
-            upgrade: Vec::new(),
+        upgrade: Vec::new(),
         proxy_cores: c.proxy_cores,
     };
     let vanish_problem = (with_churn && c.removal == Removal::Vanish)
