@@ -15,7 +15,7 @@
 
 mod auth;
 mod backend;
-pub mod builder;
+mod builder;
 mod canary;
 pub mod headers;
 mod ingress;
