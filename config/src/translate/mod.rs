@@ -213,7 +213,8 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 }
 
 /// [`translate`], with the status every object is owed (computed from the same reading of the
-/// world as the snapshot): each source collected into one builder (`translate/builder.rs`), then one finish.
+/// world as the snapshot): each source collected into one builder (`translate/builder.rs`),
+/// then one finish.
 pub fn translate_all(world: &World, opts: &TranslateOptions) -> Translation {
     let ours = builder::ours_by_age(world, opts);
     let mut b = builder::Builder::new(world, opts, &ours);
