@@ -229,6 +229,7 @@ async fn run_scenario(
             body_size: 0,
             client_cert_host: false,
             handover: matches!(job, Job::Scenario(Scenario::Upgrade)),
+            haproxy_expose_fd: true,
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

@@ -36,6 +36,9 @@ struct Conf {
     tls: bool,
     http2: bool,
     workers: usize,
+    /// `expose-fd listeners` on the stats socket: a reload passes the listening sockets to
+    /// the new worker (`-x`, the seamless reload); without it the new worker binds its own.
+    expose_fd: bool,
 }
 
 pub(super) fn unavailable() -> Option<String> {
@@ -47,10 +50,15 @@ pub(super) fn unavailable() -> Option<String> {
 fn config(dir: &Path, c: &Conf, servers: &[Option<SocketAddr>]) -> String {
     let d = dir.display();
     let mut s = format!(
-        "global\n  nbthread {w}\n  maxconn 8000\n  stats socket {d}/admin.sock mode 600 level admin expose-fd listeners\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn 8000\n\nfrontend fe\n  bind 127.0.0.1:{p}",
+        "global\n  nbthread {w}\n  maxconn 8000\n  stats socket {d}/admin.sock mode 600 level admin{x}\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn 8000\n\nfrontend fe\n  bind 127.0.0.1:{p}",
         w = c.workers,
         r = TRIES - 1,
-        p = c.port
+        p = c.port,
+        x = if c.expose_fd {
+            " expose-fd listeners"
+        } else {
+            ""
+        },
     );
     if c.tls {
         let alpn = if c.http2 { "h2,http/1.1" } else { "http/1.1" };
@@ -129,6 +137,7 @@ pub(super) async fn start(
         tls: env.proto == Proto::Https,
         http2: env.http2,
         workers: env.workers,
+        expose_fd: env.haproxy_expose_fd,
     };
     let mut slots: Vec<Option<SocketAddr>> = eps.iter().copied().map(Some).collect();
     if runtime {
@@ -154,6 +163,13 @@ pub(super) async fn start(
     let mut s = settings(env.workers, runtime);
     if env.http2 {
         s.insert("http2".into(), "bind ... alpn h2,http/1.1".into());
+    }
+    if !env.haproxy_expose_fd {
+        s.insert(
+            "upgrade".into(),
+            "reload without expose-fd listeners (no -x: the new worker binds its own sockets)"
+                .into(),
+        );
     }
     Ok((Some(proc), state, s))
 }

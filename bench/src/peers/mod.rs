@@ -176,6 +176,9 @@ pub struct PeerEnv {
     pub client_cert_host: bool,
     /// sluice runs with `--handover` (the upgrade scenario replaces it that way).
     pub handover: bool,
+    /// HAProxy's stats socket has `expose-fd listeners` (its seamless reload); the upgrade
+    /// scenario also runs it without.
+    pub haproxy_expose_fd: bool,
 }
 
 /// Starting or changing a peer failed.

@@ -68,7 +68,15 @@ impl Peer {
             PeerKind::HaproxyReload | PeerKind::HaproxyRuntime => {
                 crate::sys::signal(old.pid, Signal::SIGUSR2);
                 self.proc = Some(old);
-                "seamless reload: USR2 to the master (master-worker; listeners passed with expose-fd listeners)"
+                if self
+                    .settings
+                    .get("upgrade")
+                    .is_some_and(|v| v.contains("without"))
+                {
+                    "reload: USR2 to the master (master-worker; no expose-fd listeners: the new worker binds its own sockets)"
+                } else {
+                    "seamless reload: USR2 to the master (master-worker; listeners passed with expose-fd listeners)"
+                }
             }
             PeerKind::Caddy | PeerKind::Traefik | PeerKind::Floor => {
                 let again = old.respawn(&n.to_string());

@@ -15,6 +15,9 @@ use crate::load::{LoadSpec, Mode, TlsVersion};
 use crate::peers::{Peer, PeerKind, Proto};
 use crate::report::{Event, PeerResult, Report};
 
+/// The variant suffix of HAProxy's reload without `expose-fd listeners`.
+const NO_X: &str = " (haproxy without -x)";
+
 /// The kinds of load, each its own run per peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Load {
@@ -121,17 +124,37 @@ pub async fn run(c: &Common) -> Report {
             if kind == PeerKind::Direct {
                 continue;
             }
-            let mut r = run_one(kind, &env, &setup).await;
-            for (t, p99, failed) in replacement_seconds(&r) {
-                r.notes.push(format!(
-                    "second {t} (a replacement): p99 {p99:.2} ms, {failed} failed"
-                ));
+            let mut runs = vec![run_one(kind, &env, &setup).await];
+            if kind == PeerKind::HaproxyReload {
+                // HAProxy's reload without `expose-fd listeners` (no `-x`) as well.
+                let env = crate::peers::PeerEnv {
+                    haproxy_expose_fd: false,
+                    ..env.clone()
+                };
+                let setup = RunSetup {
+                    variant: format!("{}{NO_X}", load.name()),
+                    ..setup.clone()
+                };
+                runs.push(run_one(kind, &env, &setup).await);
             }
-            peers.push(r);
+            for mut r in runs {
+                for (t, p99, failed) in replacement_seconds(&r) {
+                    r.notes.push(format!(
+                        "second {t} (a replacement): p99 {p99:.2} ms, {failed} failed"
+                    ));
+                }
+                peers.push(r);
+            }
         }
     }
     let rank = |name: &str| c.peers.iter().position(|p| p.name() == name);
-    let load_rank = |v: &str| Load::ALL.iter().position(|l| l.name() == v);
+    let load_rank = |v: &str| {
+        let plain = v.strip_suffix(NO_X);
+        let at = Load::ALL
+            .iter()
+            .position(|l| l.name() == plain.unwrap_or(v));
+        (at, plain.is_some())
+    };
     peers.sort_by_key(|p| (rank(&p.name), load_rank(&p.variant)));
     let mut settings = BTreeMap::new();
     settings.insert(
@@ -150,7 +173,7 @@ pub async fn run(c: &Common) -> Report {
         ),
     );
     settings.insert("proxy cores".into(), c.proxy_cores.to_string());
-    let what = "upgrade: what replacing the proxy's own process does to its clients — each peer replaced twice under constant load the way its users replace it (sluice by --handover, nginx by binary upgrade, HAProxy by seamless reload, Caddy and Traefik by restart). FAILED counts requests without a 2xx, connect errors are refused (or reset) connections, and each replacement's second has its p99 in the notes. CPU and memory follow the first process only (its successors are not counted): read them as nothing here.".to_string();
+    let what = "upgrade: what replacing the proxy's own process does to its clients — each peer replaced twice under constant load the way its users replace it (sluice by --handover, nginx by binary upgrade, HAProxy by seamless reload and by a reload without -x, Caddy and Traefik by restart). FAILED counts requests without a 2xx, connect errors are refused (or reset) connections, and each replacement's second has its p99 in the notes. CPU and memory follow the first process only (its successors are not counted): read them as nothing here.".to_string();
     Report {
         scenario: "upgrade".into(),
         quick: q,
