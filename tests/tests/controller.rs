@@ -252,6 +252,50 @@ async fn status_once(api: &TestApi) {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
+/// Fake only: the API server unreachable for 8 s (every request fails, every watch closed),
+/// the last good snapshot serving meanwhile; once it answers again, a change reaches traffic
+/// within 5 s (the watches' retry backoff is capped: with kube-runtime's default, 800 ms
+/// doubling to 30 s, an 8 s outage left the next attempt up to 13 s away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_server_outage_a_change_reaches_traffic_within_5_s() {
+    let (a, b) = (backend("a").await, backend("b").await);
+    let fake = FakeApi::start().await;
+    base_fake(&fake, "web", &[a.addr]);
+    apply_all(
+        &fake,
+        &ingress("one", "one.test", &[("/", "Prefix", "web")]),
+    );
+    let c = controller(&fake, "solo", &[]).await;
+    assert!(ready(&c).await);
+    let http = c.running.http_addr.unwrap();
+    assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+
+    fake.fail_all(true);
+    fake.close_watches();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            backend_of(http, "one.test").await.as_deref(),
+            Some("a"),
+            "the last good snapshot serves through the outage"
+        );
+    }
+    fake.fail_all(false);
+    let back = std::time::Instant::now();
+    apply_all(&fake, &endpoint_slices("web", &[b.addr]));
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            backend_of(http, "one.test").await.as_deref() == Some("b")
+        })
+        .await,
+        "the change never reached traffic"
+    );
+    let took = back.elapsed();
+    println!("after an 8 s outage, a change reached traffic in {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    c.shutdown(Duration::from_secs(3)).await;
+}
+
 /// Fake only: an outage with compaction needs the fake's fault hooks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_outage_relists_after_410_and_keeps_serving_meanwhile() {

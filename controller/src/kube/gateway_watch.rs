@@ -83,7 +83,7 @@ fn parse(kind: KindId, o: &DynamicObject) -> Object {
 fn spawn_untyped(api: Api<DynamicObject>, kind: KindId, tx: mpsc::UnboundedSender<Seen>) {
     tokio::spawn(async move {
         let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(super::watch::watch_backoff())
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
         futures::pin_mut!(stream);
         let mut failing = false;
