@@ -252,12 +252,15 @@ async fn status_once(api: &TestApi) {
     c.shutdown(Duration::from_secs(3)).await;
 }
 
-/// Fake only: the API server unreachable for 8 s (every request fails, every watch closed),
-/// the last good snapshot serving meanwhile; once it answers again, a change reaches traffic
-/// within 5 s (the watches' retry backoff is capped: with kube-runtime's default, 800 ms
-/// doubling to 30 s, an 8 s outage left the next attempt up to 13 s away).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_an_api_server_outage_a_change_reaches_traffic_within_5_s() {
+/// Backends `a` and `b`, the fake API server, and a ready controller routing `one.test` to `a`
+/// (with its HTTP address), for the outage tests.
+async fn one_route_on_the_fake() -> (
+    sluice_bench::backend::Backend,
+    sluice_bench::backend::Backend,
+    FakeApi,
+    sluice::kube::Controlling,
+    std::net::SocketAddr,
+) {
     let (a, b) = (backend("a").await, backend("b").await);
     let fake = FakeApi::start().await;
     base_fake(&fake, "web", &[a.addr]);
@@ -269,6 +272,16 @@ async fn after_an_api_server_outage_a_change_reaches_traffic_within_5_s() {
     assert!(ready(&c).await);
     let http = c.running.http_addr.unwrap();
     assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+    (a, b, fake, c, http)
+}
+
+/// Fake only: the API server unreachable for 8 s (every request fails, every watch closed),
+/// the last good snapshot serving meanwhile; once it answers again, a change reaches traffic
+/// within 5 s (the watches' retry backoff is capped: with kube-runtime's default, 800 ms
+/// doubling to 30 s, an 8 s outage left the next attempt up to 13 s away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_server_outage_a_change_reaches_traffic_within_5_s() {
+    let (_a, b, fake, c, http) = one_route_on_the_fake().await;
 
     fake.fail_all(true);
     fake.close_watches();
@@ -299,17 +312,7 @@ async fn after_an_api_server_outage_a_change_reaches_traffic_within_5_s() {
 /// Fake only: an outage with compaction needs the fake's fault hooks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_outage_relists_after_410_and_keeps_serving_meanwhile() {
-    let (a, b) = (backend("a").await, backend("b").await);
-    let fake = FakeApi::start().await;
-    base_fake(&fake, "web", &[a.addr]);
-    apply_all(
-        &fake,
-        &ingress("one", "one.test", &[("/", "Prefix", "web")]),
-    );
-    let c = controller(&fake, "solo", &[]).await;
-    assert!(ready(&c).await);
-    let http = c.running.http_addr.unwrap();
-    assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+    let (_a, b, fake, c, http) = one_route_on_the_fake().await;
 
     fake.fail_watches(true);
     fake.close_watches();
