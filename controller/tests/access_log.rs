@@ -6,11 +6,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 mod common;
-use common::{lines_of, manifests, pod};
+use common::{args, lines_of, manifests, pod, serve};
 
 fn request(addr: SocketAddr, raw: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -25,23 +25,18 @@ fn request(addr: SocketAddr, raw: &str) -> String {
 fn json_access_log_has_a_line_per_request_and_5xx_are_explained() {
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), pod());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--manifests"])
-        .arg(dir.path())
-        .args(["--http-listen", "127.0.0.1:0", "--https-listen", "off"])
-        .args([
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--access-log",
-            "--log-format",
-            "json",
-        ])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flags = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--https-listen",
+        "off",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--access-log",
+        "--log-format",
+        "json",
+    ];
+    let mut child = serve(dir.path(), &args(&flags), Stdio::piped());
     let out = lines_of(child.stdout.take().unwrap());
     let err = lines_of(child.stderr.take().unwrap());
     let mut http = None;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{lines_of, manifests, pod};
+use common::{lines_of, manifests, pod, serve};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -37,21 +37,21 @@ struct Generation {
 }
 
 fn start(dir: &std::path::Path, ports: &Ports) -> Generation {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--manifests"])
-        .arg(dir.join("manifests"))
-        .args(["--http-listen", &ports.http.to_string()])
-        .args(["--https-listen", &ports.https.to_string()])
-        .args(["--admin-listen", &ports.admin.to_string()])
-        .args(["--shutdown-timeout", "3", "--log-format", "json"])
-        .arg("--handover")
-        .arg(dir.join("run").join("handover.sock"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flags = [
+        "--http-listen".to_string(),
+        ports.http.to_string(),
+        "--https-listen".into(),
+        ports.https.to_string(),
+        "--admin-listen".into(),
+        ports.admin.to_string(),
+        "--shutdown-timeout".into(),
+        "3".into(),
+        "--log-format".into(),
+        "json".into(),
+        "--handover".into(),
+        dir.join("run").join("handover.sock").display().to_string(),
+    ];
+    let mut child = serve(&dir.join("manifests"), &flags, Stdio::null());
     let log = lines_of(child.stderr.take().unwrap());
     Generation { child, log }
 }

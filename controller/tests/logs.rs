@@ -2,43 +2,27 @@
 //! terminals only) and plain field values (`http=127.0.0.1:8080`, not `Some(…)`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::Duration;
+
+mod common;
+use common::{args, lines_of, serve};
 
 #[test]
 fn log_to_a_pipe_has_no_colour_codes_and_plain_values() {
     let dir = tempfile::tempdir().unwrap();
     // A rejected file makes an error line too (levels are what colour codes wrap first).
     std::fs::write(dir.path().join("bad.yaml"), "kind: [unclosed").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--manifests"])
-        .arg(dir.path())
-        .args([
-            "--http-listen",
-            "127.0.0.1:0",
-            "--https-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let listen = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--https-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ];
+    let mut child = serve(dir.path(), &args(&listen), Stdio::null());
+    let rx = lines_of(child.stderr.take().unwrap());
     let mut lines = Vec::new();
     while let Ok(line) = rx.recv_timeout(Duration::from_secs(20)) {
         lines.push(line);

@@ -121,18 +121,5 @@ pub async fn run(c: &Common) -> Report {
             ""
         }
     );
-    Report {
-        scenario: "abuse".into(),
-        quick: q,
-        started_utc: String::new(),
-        command: c.command.clone(),
-        what_it_shows: what,
-        machine: c.machine.clone(),
-        settings,
-        peers,
-        scale: Vec::new(),
-        extra: Vec::new(),
-        rounds: Vec::new(),
-        idle: Vec::new(),
-    }
+    c.report("abuse", what, settings, peers)
 }

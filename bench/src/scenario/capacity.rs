@@ -258,17 +258,7 @@ pub async fn run(c: &Common, which: Capacity) -> Report {
         }
     );
     Report {
-        scenario: which.name().into(),
-        quick: q,
-        started_utc: String::new(),
-        command: c.command.clone(),
-        what_it_shows: what,
-        machine: c.machine.clone(),
-        settings,
-        peers,
-        scale: Vec::new(),
-        extra: Vec::new(),
         rounds: summary,
-        idle: Vec::new(),
+        ..c.report(which.name(), what, settings, peers)
     }
 }

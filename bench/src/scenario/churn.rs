@@ -349,24 +349,8 @@ pub async fn run(c: &super::Common, with_churn: bool) -> crate::report::Report {
             }
         )
     };
-    crate::report::Report {
-        scenario: if with_churn {
-            "churn".into()
-        } else {
-            "static".into()
-        },
-        quick: q,
-        started_utc: String::new(),
-        command: c.command.clone(),
-        what_it_shows: what,
-        machine: c.machine.clone(),
-        settings,
-        peers,
-        scale: Vec::new(),
-        extra: Vec::new(),
-        rounds: Vec::new(),
-        idle: Vec::new(),
-    }
+    let scenario = if with_churn { "churn" } else { "static" };
+    c.report(scenario, what, settings, peers)
 }
 
 fn plan_start(quick: bool) -> f64 {

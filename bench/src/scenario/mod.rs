@@ -484,6 +484,33 @@ pub struct Common {
     pub machine: std::collections::BTreeMap<String, String>,
 }
 
+impl Common {
+    /// A report of per-peer runs of `scenario` with this run's command, machine and mode (the
+    /// scale, extra, idle and rounds tables empty: the scenarios that fill them set them).
+    pub fn report(
+        &self,
+        scenario: &str,
+        what_it_shows: String,
+        settings: std::collections::BTreeMap<String, String>,
+        peers: Vec<PeerResult>,
+    ) -> crate::report::Report {
+        crate::report::Report {
+            scenario: scenario.into(),
+            quick: self.quick,
+            started_utc: String::new(),
+            command: self.command.clone(),
+            what_it_shows,
+            machine: self.machine.clone(),
+            settings,
+            peers,
+            scale: Vec::new(),
+            extra: Vec::new(),
+            rounds: Vec::new(),
+            idle: Vec::new(),
+        }
+    }
+}
+
 /// Seconds as a Duration.
 pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)

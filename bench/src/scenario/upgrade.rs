@@ -174,18 +174,5 @@ pub async fn run(c: &Common) -> Report {
     );
     settings.insert("proxy cores".into(), c.proxy_cores.to_string());
     let what = "upgrade: what replacing the proxy's own process does to its clients — each peer replaced twice under constant load the way its users replace it (sluice by --handover, nginx by binary upgrade, HAProxy by seamless reload and by a reload without -x, Caddy and Traefik by restart). FAILED counts requests without a 2xx, connect errors are refused (or reset) connections, and each replacement's second has its p99 in the notes. CPU and memory follow the first process only (its successors are not counted): read them as nothing here.".to_string();
-    Report {
-        scenario: "upgrade".into(),
-        quick: q,
-        started_utc: String::new(),
-        command: c.command.clone(),
-        what_it_shows: what,
-        machine: c.machine.clone(),
-        settings,
-        peers,
-        scale: Vec::new(),
-        extra: Vec::new(),
-        rounds: Vec::new(),
-        idle: Vec::new(),
-    }
+    c.report("upgrade", what, settings, peers)
 }

@@ -4,6 +4,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 
 /// A pod that answers every request on a connection with 200 "ok".
@@ -67,4 +69,24 @@ pub fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
         }
     });
     rx
+}
+
+/// Starts the `sluice` binary as `sluice serve --manifests DIR ARGS...` with the log level of its
+/// defaults (no `RUST_LOG`), stderr piped, stdout as asked.
+pub fn serve(manifests: &Path, args: &[String], stdout: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--manifests"])
+        .arg(manifests)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `["--flag", "value", ...]` as owned strings.
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
 }
