@@ -31,6 +31,10 @@ pub struct SnapshotParts {
     pub problems: Vec<Problem>,
     /// The sockets Gateways listen on, with their rules (Gateway API).
     pub gateway_sockets: Vec<crate::gateway_model::GatewaySocket>,
+    /// Each admitted Ingress's annotations as the operator's page shows them (redacted values
+    /// and verdicts), by Ingress.
+    pub annotations:
+        BTreeMap<crate::refs::ObjectRef, Vec<crate::annotations::in_force::AnnotationNote>>,
 }
 
 /// An immutable routing configuration. Two snapshots built from equal inputs are equal and have
@@ -54,6 +58,7 @@ impl PartialEq for Snapshot {
             && self.parts.passthrough == other.parts.passthrough
             && self.parts.problems == other.parts.problems
             && self.parts.gateway_sockets == other.parts.gateway_sockets
+            && self.parts.annotations == other.parts.annotations
     }
 }
 
@@ -80,6 +85,7 @@ impl Snapshot {
         parts.passthrough.hash(&mut h);
         parts.problems.hash(&mut h);
         parts.gateway_sockets.hash(&mut h);
+        parts.annotations.hash(&mut h);
         let index = RouteIndex::build(&parts.virtual_hosts, parts.default_backend.is_some());
         Self {
             hash: h.finish(),
@@ -136,6 +142,13 @@ impl Snapshot {
     /// Problems found while translating.
     pub fn problems(&self) -> &[Problem] {
         &self.parts.problems
+    }
+
+    /// Each admitted Ingress's annotations with their verdicts (for the operator's page).
+    pub fn annotations(
+        &self,
+    ) -> &BTreeMap<crate::refs::ObjectRef, Vec<crate::annotations::in_force::AnnotationNote>> {
+        &self.parts.annotations
     }
 
     /// The parts, for building a modified copy.

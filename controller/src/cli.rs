@@ -74,7 +74,8 @@ pub enum LogFormat {
 pub enum AdminExpose {
     /// `/metrics` (for an in-cluster Prometheus).
     Metrics,
-    /// `/api/v1/*` (pod IPs, hosts, certificate serials: keep it on loopback unless needed).
+    /// `/api/v1/*` and the operator's page `/` (pod IPs, hosts, certificate serials: keep it
+    /// on loopback unless needed).
     Api,
 }
 
@@ -130,7 +131,8 @@ pub struct CommonArgs {
     /// "off" disables it.
     #[arg(long, env = "SLUICE_HTTPS_LISTEN")]
     pub https_listen: Option<String>,
-    /// Admin listen address: /healthz, /readyz, /metrics, /api/v1/status, /api/v1/upstreams.
+    /// Admin listen address: the operator's page (/), /healthz, /readyz, /metrics and the JSON
+    /// API (/api/v1/status, upstreams, routes, traffic, certificates, changes).
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", default_value = "127.0.0.1:10254")]
     pub admin_listen: SocketAddr,
     /// Worker threads (default: available cores).

@@ -268,10 +268,15 @@ pub async fn request(
 
 /// The admin API's `/api/v1/status` of a `sluice serve` (its problem list among it), as text.
 pub async fn status_text(s: &Serving) -> String {
-    get(&client(), s.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text()
+    get(
+        &client(),
+        s.running.admin_addr,
+        "localhost",
+        "/api/v1/status",
+    )
+    .await
+    .unwrap()
+    .text()
 }
 
 /// Writes `host` served over HTTPS (a self-signed certificate) and plain HTTP, not redirected,
@@ -499,6 +504,7 @@ pub fn self_signed(names: &[&str]) -> (String, String) {
     (ck.cert.pem(), ck.signing_key.serialize_pem())
 }
 pub mod apis;
+pub mod cdp;
 pub mod echo;
 pub mod fake_api;
 pub mod real_api;

@@ -45,10 +45,15 @@ async fn configmap_applies(api: &TestApi) {
         eventually(Duration::from_secs(10), || status_is(" 413 ")).await,
         "proxy-body-size 1k from the ConfigMap"
     );
-    let status = get(&client(), c.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text();
+    let status = get(
+        &client(),
+        c.running.admin_addr,
+        "localhost",
+        "/api/v1/status",
+    )
+    .await
+    .unwrap()
+    .text();
     assert!(
         status.contains("worker-processes: sluice does not know this key"),
         "{status}"

@@ -144,10 +144,7 @@ async fn serve_sets_the_fields_and_follows_the_config_map() {
         })
         .await
     );
-    let status = get(&client(), s.running.admin_addr, "x", "/api/v1/status")
-        .await
-        .unwrap()
-        .text();
+    let status = status_text(&s).await;
     assert!(
         status.contains("ConfigMap default/security not found"),
         "{status}"

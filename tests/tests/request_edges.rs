@@ -99,7 +99,7 @@ async fn ambiguous_or_missing_host_and_connect_are_refused() {
 
 /// In-flight requests sluice counts for the (single) endpoint, from the admin API.
 async fn in_flight(admin: SocketAddr) -> u64 {
-    let got = get(&client(), admin, "x", "/api/v1/upstreams")
+    let got = get(&client(), admin, "localhost", "/api/v1/upstreams")
         .await
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();

@@ -127,6 +127,15 @@ fn auth_url(name: &'static str, v: &str) -> Result<AuthUrl, AnnotationError> {
             format!("{v:?}: the path must be visible ASCII without variables"),
         ));
     }
+    if authority.contains('@') {
+        // The value is not repeated: it holds a password.
+        return Err(err(
+            name,
+            "user information (user:password@) in the URL is not supported (nginx does not \
+             send it either); pass credentials with auth-proxy-set-headers"
+                .to_string(),
+        ));
+    }
     if matches!(authority, "$host" | "$http_host") {
         return Ok(AuthUrl {
             url: v.to_string(),
@@ -522,6 +531,18 @@ mod tests {
         ] {
             let a = ann(&[("auth-url", "http://a.b.svc/"), (k, v)]);
             assert!(auth(&a).is_err(), "{k}: {v}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_the_auth_url_is_refused_without_repeating_it() {
+        for v in [
+            "http://admin:hunter2@auth.default.svc/check",
+            "https://admin:hunter2@auth.example/check",
+        ] {
+            let e = auth(&ann(&[("auth-url", v)])).unwrap_err();
+            assert!(!e.message.contains("hunter2"), "{}", e.message);
+            assert!(e.message.contains("user information"), "{}", e.message);
         }
     }
 

@@ -24,6 +24,7 @@ pub mod backends;
 pub mod catalog;
 pub mod client_cert;
 pub mod headers;
+pub mod in_force;
 pub mod review;
 pub mod traffic;
 pub mod upstream_tls;

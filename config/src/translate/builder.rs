@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::Ingress;
 
+use crate::annotations::in_force::AnnotationNote;
 use crate::gateway::GatewayOutput;
 use crate::gateway::status::GatewayStatuses;
 use crate::model::{HostMatch, ObjectRef, PathMatch, Route, Settings, VirtualHost};
@@ -68,6 +69,8 @@ pub(super) struct Builder<'w> {
     pub(super) written: BTreeMap<(HostMatch, PathMatch), (String, String)>,
     gateway: Option<GatewayOutput>,
     pub(super) admitted: BTreeSet<Key>,
+    /// The annotations of each Ingress read, as the operator's page shows them.
+    pub(super) annotations: BTreeMap<ObjectRef, Vec<AnnotationNote>>,
 }
 
 /// Our Ingresses, oldest first: the order every conflict is decided in.
@@ -116,6 +119,7 @@ impl<'w> Builder<'w> {
             written: BTreeMap::new(),
             gateway: None,
             admitted: BTreeSet::new(),
+            annotations: BTreeMap::new(),
         }
     }
 
@@ -204,6 +208,7 @@ impl<'w> Builder<'w> {
             passthrough: self.passthrough.into_values().collect(),
             problems,
             gateway_sockets: gw.sockets,
+            annotations: self.annotations,
         });
         Translation {
             snapshot,

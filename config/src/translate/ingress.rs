@@ -46,7 +46,11 @@ impl Builder<'_> {
             return;
         }
         let src = ingress_ref(ing);
-        options::review_problem(ing, &src, &mut self.problems);
+        let notes = annotations::in_force::notes(options::annotations_of(ing));
+        options::review_problem(&notes, &src, &mut self.problems);
+        if !notes.is_empty() {
+            self.annotations.insert(src.clone(), notes);
+        }
         let Some(policy) = self.policy(ing, src, global_auth) else {
             return;
         };

@@ -106,7 +106,7 @@ impl Problems {
         self.0.push(Problem {
             object: object.clone(),
             field: field.into(),
-            message: message.into(),
+            message: crate::annotations::in_force::redact_urls(&message.into()),
             severity,
             reason,
         });

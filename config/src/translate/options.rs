@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::Ingress;
 
-use crate::annotations::review::{Verdict, review};
+use crate::annotations::in_force::AnnotationNote;
 use crate::annotations::{self, AnnotationError, access, auth, both, traffic};
 use crate::configmap;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
@@ -99,6 +99,7 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
             unreadable.join("; ")
         ),
     };
+    let msg = crate::annotations::in_force::redact_urls(&msg);
     p.report(
         Severity::Error,
         "AccessControlNotEnforced",
@@ -113,16 +114,11 @@ pub(super) fn fail_closed(ing: &Ingress, src: &ObjectRef, p: &mut Problems) -> O
 /// does (differs, unsupported, refused), the verdicts `sluice check` prints. Invalid values
 /// are reported on their own key, and access control by [`fail_closed`], so neither repeats
 /// here.
-pub(super) fn review_problem(ing: &Ingress, src: &ObjectRef, p: &mut Problems) {
-    let parts: Vec<String> = review(annotations_of(ing))
-        .into_iter()
-        .filter(|f| {
-            matches!(
-                f.verdict,
-                Verdict::Differs(_) | Verdict::Unsupported(_) | Verdict::Refused(_)
-            )
-        })
-        .map(|f| format!("{} {}: {}", f.annotation, f.verdict.word(), f.verdict.why()))
+pub(super) fn review_problem(notes: &[AnnotationNote], src: &ObjectRef, p: &mut Problems) {
+    let parts: Vec<String> = notes
+        .iter()
+        .filter(|n| matches!(n.verdict, "differs" | "unsupported" | "refused"))
+        .map(|n| format!("{} {}: {}", n.name, n.verdict, n.why))
         .collect();
     if parts.is_empty() {
         return;

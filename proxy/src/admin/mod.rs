@@ -3,9 +3,11 @@
 //!
 //! With `hostNetwork` the admin port is open on every node's address, so it is hardened like
 //! the edge: `/healthz` and `/readyz` answer anyone (kubelet probes them from the node);
-//! `/metrics` and `/api/v1/*` — pod IPs, hosts, certificate serials — answer loopback peers
-//! only unless [`AdminOptions`] exposes them (`--admin-expose metrics,api`); connections are
-//! capped, HTTP/1.1 only, and cut after a header timeout and a lifetime.
+//! `/metrics`, `/api/v1/*` and the operator's page (`/`, in `page.rs`) — pod IPs, hosts,
+//! certificate serials — answer loopback peers only unless [`AdminOptions`] exposes them
+//! (`--admin-expose metrics,api`), and the API and page answer only a Host that is an address
+//! or `localhost` (DNS rebinding); connections are capped, HTTP/1.1 only, and cut after a
+//! header timeout and a lifetime.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,145 +20,27 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::clock::now_nanos;
 use crate::state::dataplane::DataPlane;
 
-/// `GET /api/v1/status`.
-#[derive(Debug, Serialize)]
-pub struct Status {
-    /// sluice version.
-    pub version: &'static str,
-    /// Ready to serve.
-    pub ready: bool,
-    /// Draining for shutdown.
-    pub draining: bool,
-    /// Generation of the applied configuration.
-    pub generation: u64,
-    /// Content hash of the applied snapshot (hex).
-    pub snapshot_hash: String,
-    /// Unix time (ms) of the last apply.
-    pub last_apply_unix_ms: u64,
-    /// Virtual hosts.
-    pub virtual_hosts: usize,
-    /// Routes.
-    pub routes: usize,
-    /// Upstream pools.
-    pub upstreams: usize,
-    /// Endpoints across pools.
-    pub endpoints: usize,
-    /// TLS hosts.
-    pub tls_hosts: usize,
-    /// Problems (translation and certificates), as sentences.
-    pub problems: Vec<String>,
-}
+pub mod api;
+mod page;
 
-/// One endpoint in `GET /api/v1/upstreams`.
-#[derive(Debug, Serialize)]
-pub struct EndpointStatus {
-    /// Address.
-    pub address: String,
-    /// `up`, `draining` or `ejected`.
-    pub state: &'static str,
-    /// In-flight requests.
-    pub in_flight: u32,
-    /// Requests sent.
-    pub requests: u64,
-    /// Failures.
-    pub failures: u64,
-    /// Peak-EWMA latency estimate in milliseconds.
-    pub ewma_ms: f64,
-}
-
-/// One pool in `GET /api/v1/upstreams`.
-#[derive(Debug, Serialize)]
-pub struct UpstreamStatus {
-    /// `namespace/service:port`.
-    pub name: String,
-    /// Protocol.
-    pub protocol: String,
-    /// Balancing policy.
-    pub balance: String,
-    /// Endpoints.
-    pub endpoints: Vec<EndpointStatus>,
-}
-
-/// Builds the status document.
-pub fn status(dp: &DataPlane) -> Status {
-    let snap = dp.current();
-    let (vh, routes, tls, mut problems) = snap.as_ref().map_or((0, 0, 0, Vec::new()), |s| {
-        (
-            s.virtual_hosts().len(),
-            s.virtual_hosts().iter().map(|v| v.routes.len()).sum(),
-            s.tls().len(),
-            s.problems().iter().map(|p| p.to_string()).collect(),
-        )
-    });
-    problems.extend(
-        dp.tls_problems()
-            .into_iter()
-            .map(|p| format!("{}: {}", p.secret, p.message)),
-    );
-    problems.extend(dp.source_problems());
-    let clusters = dp.clusters();
-    Status {
-        version: env!("CARGO_PKG_VERSION"),
-        ready: dp.is_ready(),
-        draining: dp.is_draining(),
-        generation: dp.generation(),
-        snapshot_hash: snap
-            .as_ref()
-            .map_or_else(String::new, |s| format!("{:016x}", s.hash())),
-        last_apply_unix_ms: dp.last_apply_unix_ms(),
-        virtual_hosts: vh,
-        routes,
-        upstreams: clusters.len(),
-        endpoints: clusters
-            .iter()
-            .map(|c| c.endpoints.load().members.len())
-            .sum(),
-        tls_hosts: tls,
-        problems,
-    }
-}
-
-/// Builds the upstreams document.
-pub fn upstreams(dp: &DataPlane) -> Vec<UpstreamStatus> {
-    let now = now_nanos();
-    dp.clusters()
-        .iter()
-        .map(|c| UpstreamStatus {
-            name: c.name.clone(),
-            protocol: format!("{:?}", c.protocol),
-            balance: format!("{:?}", c.balance),
-            endpoints: c
-                .endpoints
-                .load()
-                .members
-                .iter()
-                .map(|m| EndpointStatus {
-                    address: m.endpoint.addr.to_string(),
-                    state: if m.endpoint.is_ejected(now) {
-                        "ejected"
-                    } else if m.state == sluice_config::EndpointState::Draining {
-                        "draining"
-                    } else {
-                        "up"
-                    },
-                    in_flight: m.endpoint.in_flight(),
-                    requests: m.endpoint.requests(),
-                    failures: m.endpoint.failures(),
-                    ewma_ms: m.endpoint.ewma().as_secs_f64() * 1000.0,
-                })
-                .collect(),
-        })
-        .collect()
-}
+pub use api::{EndpointStatus, Status, UpstreamStatus, status, upstreams};
 
 fn text(status: StatusCode, ct: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ct));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ct));
+    // Live state: never cached, never sniffed into something executable.
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
     r
 }
 
@@ -211,13 +95,23 @@ pub fn respond<B>(
     let local = peer.is_loopback()
         || matches!(peer, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
     let path = req.uri().path();
-    let private = (path == "/metrics" && !opts.expose_metrics)
-        || (path.starts_with("/api/") && !opts.expose_api);
+    // The operator's page shows what the API does, so it follows the API's rule.
+    let api_like = path.starts_with("/api/") || page::is_page(path);
+    let private = (path == "/metrics" && !opts.expose_metrics) || (api_like && !opts.expose_api);
     if private && !local {
         return text(
             StatusCode::FORBIDDEN,
             "text/plain",
             "forbidden: served on loopback only (see --admin-expose)\n",
+        );
+    }
+    // A web page on the operator's machine must not read the loopback-only API through a
+    // name it rebinds to 127.0.0.1 (DNS rebinding): the Host must be an address or localhost.
+    if api_like && !opts.expose_api && !page::host_is_local(req.headers().get(header::HOST)) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "forbidden: the Host header must be an IP address or localhost (see --admin-expose)\n",
         );
     }
     match path {
@@ -246,12 +140,22 @@ pub fn respond<B>(
         }
         "/api/v1/status" => json(&status(dp)),
         "/api/v1/upstreams" => json(&upstreams(dp)),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found; try /healthz /readyz /metrics /api/v1/status /api/v1/upstreams\n",
-        ),
+        "/api/v1/routes" => json(&api::routes(dp)),
+        "/api/v1/certificates" => json(&api::certificates(dp)),
+        "/api/v1/changes" => json(&dp.changes.newest_first()),
+        "/api/v1/traffic" => json(&dp.metrics.traffic.report()),
+        p if page::is_page(p) => page::asset(p).unwrap_or_else(not_found),
+        _ => not_found(),
     }
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    text(
+        StatusCode::NOT_FOUND,
+        "text/plain",
+        "not found; try / /healthz /readyz /metrics /api/v1/status /api/v1/upstreams \
+         /api/v1/routes /api/v1/certificates /api/v1/changes /api/v1/traffic\n",
+    )
 }
 
 /// Serves the admin API until the task is dropped.
@@ -339,5 +243,86 @@ mod tests {
             ..AdminOptions::default()
         };
         assert_eq!(get(&dp, &all, "10.0.0.7", "/api/v1/status"), StatusCode::OK);
+    }
+
+    #[test]
+    fn the_page_follows_the_api_rule_and_refuses_rebound_names() {
+        let dp = DataPlane::new(ProxySettings::default(), None).unwrap();
+        let closed = AdminOptions::default();
+        let with_host = |opts: &AdminOptions, peer: &str, path: &str, host: &str| {
+            let req = Request::get(path)
+                .header(header::HOST, host)
+                .body(())
+                .unwrap();
+            respond(&dp, opts, peer.parse().unwrap(), &req).status()
+        };
+        for path in [
+            "/",
+            "/ui/app.js",
+            "/ui/app.css",
+            "/api/v1/routes",
+            "/api/v1/traffic",
+        ] {
+            assert_eq!(
+                with_host(&closed, "127.0.0.1", path, "127.0.0.1:10254"),
+                StatusCode::OK,
+                "{path}"
+            );
+            assert_eq!(
+                with_host(&closed, "127.0.0.1", path, "localhost:10254"),
+                StatusCode::OK
+            );
+            assert_eq!(
+                with_host(&closed, "10.0.0.7", path, "10.0.0.1:10254"),
+                StatusCode::FORBIDDEN
+            );
+            // A page elsewhere whose name now resolves to 127.0.0.1.
+            assert_eq!(
+                with_host(&closed, "127.0.0.1", path, "evil.example:10254"),
+                StatusCode::FORBIDDEN,
+                "{path}"
+            );
+        }
+        // Probes and metrics keep working under any name (kubelet, Prometheus by node name).
+        assert_eq!(
+            with_host(&closed, "127.0.0.1", "/metrics", "node-1.example:10254"),
+            StatusCode::OK
+        );
+        let exposed = AdminOptions {
+            expose_api: true,
+            ..AdminOptions::default()
+        };
+        assert_eq!(
+            with_host(&exposed, "10.0.0.7", "/", "node-1.example:10254"),
+            StatusCode::OK
+        );
+        assert_eq!(
+            get(&dp, &closed, "127.0.0.1", "/ui/other.js"),
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn every_api_document_is_json_and_never_cached() {
+        let dp = DataPlane::new(ProxySettings::default(), None).unwrap();
+        for path in [
+            "/api/v1/status",
+            "/api/v1/upstreams",
+            "/api/v1/routes",
+            "/api/v1/certificates",
+            "/api/v1/changes",
+            "/api/v1/traffic",
+        ] {
+            let req = Request::get(path).body(()).unwrap();
+            let r = respond(
+                &dp,
+                &AdminOptions::default(),
+                "127.0.0.1".parse().unwrap(),
+                &req,
+            );
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
+        }
     }
 }

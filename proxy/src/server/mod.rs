@@ -166,6 +166,8 @@ impl Server {
                 Arc::clone(&self.close_idle),
                 self.stop.subscribe(),
             ));
+            self.loops
+                .spawn(traffic_loop(Arc::clone(&self.dp), self.stop.subscribe()));
         }
         self.loops.spawn(accept_loop(listener, ctx, stop, None));
         self.dp.set_listening();
@@ -273,6 +275,23 @@ async fn sweep_idle_loop(
         let closed = dp.sweep_idle_connections();
         if closed > 0 {
             tracing::debug!(closed, "idle upstream connections closed");
+        }
+    }
+}
+
+/// Samples each route's counters for the operator's page every
+/// [`crate::telemetry::traffic::SAMPLE_EVERY`] until `stop`.
+async fn traffic_loop(dp: Arc<DataPlane>, mut stop: watch::Receiver<bool>) {
+    let unix_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    loop {
+        dp.metrics.traffic.sample(unix_ms());
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(crate::telemetry::traffic::SAMPLE_EVERY) => {}
         }
     }
 }

@@ -206,6 +206,11 @@ impl CertStore {
         &self.default
     }
 
+    /// The certificate served when no host's matches.
+    pub fn default_cert(&self) -> &LoadedCert {
+        &self.default
+    }
+
     /// `(host, certificate)` pairs, for metrics and status; a host with an ECDSA certificate
     /// beside its RSA one appears twice.
     pub fn hosts(&self) -> impl Iterator<Item = (String, &LoadedCert)> {

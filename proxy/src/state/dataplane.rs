@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use sluice_config::{ClusterKey, EndpointSpec, Snapshot};
 
 use crate::state::certs::{CertError, CertStore, LoadedCert, TlsProblem, TlsState};
+use crate::state::changes::{self, Change};
 use crate::state::routes::RouteTable;
 use crate::state::settings::ProxySettings;
 use crate::telemetry::access_log::AccessLog;
@@ -77,6 +78,8 @@ pub struct DataPlane {
     /// The Gateway sockets the applied snapshot asks for (`server::gateway` opens and closes
     /// them).
     gateway_sockets: tokio::sync::watch::Sender<Vec<GatewayBind>>,
+    /// The timeline of applied changes (the operator's page, `/api/v1/changes`).
+    pub changes: crate::state::changes::Changes,
 }
 
 /// A socket a Gateway listens on: where, and whether TLS is terminated on it.
@@ -137,6 +140,7 @@ impl DataPlane {
             last_apply_unix_ms: AtomicU64::new(0),
             https_port: AtomicU16::new(settings_https_port),
             gateway_sockets: tokio::sync::watch::channel(Vec::new()).0,
+            changes: crate::state::changes::Changes::default(),
         }))
     }
 
@@ -249,7 +253,7 @@ impl DataPlane {
             changed
         });
         control.clusters = next;
-        control.current = Some(snapshot);
+        let before = control.current.replace(Arc::clone(&snapshot));
         control.tls_problems = tls_problems;
         self.count_problems(&control);
         control.diverged = false;
@@ -260,9 +264,16 @@ impl DataPlane {
             .config_applies
             .get_or_create(&ResultLabels { result: "applied" })
             .inc();
-        self.metrics
-            .config_apply_duration
-            .observe(started.elapsed());
+        let took = started.elapsed();
+        self.metrics.config_apply_duration.observe(took);
+        self.changes.push(Change {
+            at_unix_ms: unix_ms(),
+            generation,
+            kind: "snapshot",
+            what: changes::describe(before.as_deref(), &snapshot, swaps),
+            apply_ms: took.as_secs_f64() * 1000.0,
+            reached_traffic_ms: None,
+        });
         ApplyOutcome::Applied {
             generation,
             clusters_created: created,
@@ -289,12 +300,32 @@ impl DataPlane {
         let Some(cluster) = control.clusters.get(key).cloned() else {
             return false;
         };
-        if cluster.set_endpoints(endpoints, &self.pools) {
+        let started = Instant::now();
+        let before = cluster.endpoints.load_full();
+        let changed = cluster.set_endpoints(endpoints, &self.pools);
+        if changed {
             control.diverged = true;
         }
         drop(control);
-        if let Some(t) = seen_at {
-            self.metrics.propagation_delay.observe(t.elapsed());
+        let took = started.elapsed();
+        let reached = seen_at.map(|t| t.elapsed());
+        if let Some(d) = reached {
+            self.metrics.propagation_delay.observe(d);
+        }
+        if changed {
+            let before: Vec<_> = before
+                .members
+                .iter()
+                .map(|m| (m.endpoint.addr, m.state))
+                .collect();
+            self.changes.push(Change {
+                at_unix_ms: unix_ms(),
+                generation: self.generation(),
+                kind: "endpoints",
+                what: changes::describe_endpoints(&cluster.name, &before, endpoints),
+                apply_ms: took.as_secs_f64() * 1000.0,
+                reached_traffic_ms: reached.map(|d| d.as_secs_f64() * 1000.0),
+            });
         }
         self.metrics
             .config_applies
@@ -307,7 +338,10 @@ impl DataPlane {
 
     /// Records the delay of a change that went through a full apply.
     pub fn record_propagation(&self, seen_at: Instant) {
-        self.metrics.propagation_delay.observe(seen_at.elapsed());
+        let d = seen_at.elapsed();
+        self.metrics.propagation_delay.observe(d);
+        self.changes
+            .reached_traffic(self.generation(), d.as_secs_f64() * 1000.0);
     }
 
     fn publish_cert_metrics(&self, store: &CertStore) {

@@ -4,6 +4,7 @@
 //! policy (auth, edits, limits) lives in [`crate::policy`].
 
 pub mod certs;
+pub mod changes;
 pub mod dataplane;
 pub mod routes;
 pub mod settings;

@@ -72,6 +72,20 @@ impl AtomicHistogram {
         );
     }
 
+    /// Per-bucket counts (not cumulated), the last above every bound.
+    pub fn buckets(&self) -> Vec<u64> {
+        self.inner
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Whether a clone of this histogram lives elsewhere (a compiled route still observes it).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// Number of observations.
     pub fn count(&self) -> u64 {
         self.inner
@@ -247,6 +261,8 @@ pub struct Metrics {
     pub cert_expiry: Family<CertLabels, Gauge>,
     /// 1 per host and certificate serial in use.
     pub cert_info: Family<CertInfoLabels, Gauge>,
+    /// Each route's traffic over the last minutes (the operator's page; not exported).
+    pub traffic: super::traffic::Traffic,
     /// The registry all of the above are registered in.
     pub registry: Registry,
 }
@@ -278,6 +294,7 @@ impl Metrics {
             access_log_dropped: Counter::default(),
             cert_expiry: Family::default(),
             cert_info: Family::default(),
+            traffic: super::traffic::Traffic::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -409,6 +426,8 @@ impl Default for Metrics {
 pub struct RouteStats {
     by_class: [Counter; 5],
     duration: AtomicHistogram,
+    /// The route's own histogram (the operator's page; see [`super::traffic`]).
+    route_duration: AtomicHistogram,
 }
 
 impl RouteStats {
@@ -421,8 +440,10 @@ impl RouteStats {
                 code,
             })
         };
+        let by_class = [get("1xx"), get("2xx"), get("3xx"), get("4xx"), get("5xx")];
         Self {
-            by_class: [get("1xx"), get("2xx"), get("3xx"), get("4xx"), get("5xx")],
+            route_duration: m.traffic.register(ingress, service, &by_class),
+            by_class,
             duration: m.request_duration.get_or_create_owned(&ServiceLabels {
                 service: service.to_string(),
             }),
@@ -434,5 +455,6 @@ impl RouteStats {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         self.by_class[class].inc();
         self.duration.observe(elapsed);
+        self.route_duration.observe(elapsed);
     }
 }

@@ -4,3 +4,4 @@
 pub mod access_log;
 pub mod errlog;
 pub mod metrics;
+pub mod traffic;
