@@ -425,3 +425,16 @@ impl Default for Settings {
 
 /// Certificates by Secret; only Secrets that are referenced and structurally valid are present.
 pub type Certificates = BTreeMap<ObjectRef, Arc<CertificatePem>>;
+
+/// One annotation of one Ingress as the operator's page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct AnnotationNote {
+    /// The full key.
+    pub name: String,
+    /// The value, redacted (`annotations::in_force::shown_value`).
+    pub value: String,
+    /// `honoured`, `differs`, `unsupported`, `refused`, `fails closed` or `invalid`.
+    pub verdict: &'static str,
+    /// Why, empty when honoured.
+    pub why: String,
+}

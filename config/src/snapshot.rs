@@ -33,8 +33,7 @@ pub struct SnapshotParts {
     pub gateway_sockets: Vec<crate::gateway_model::GatewaySocket>,
     /// Each admitted Ingress's annotations as the operator's page shows them (redacted values
     /// and verdicts), by Ingress.
-    pub annotations:
-        BTreeMap<crate::refs::ObjectRef, Vec<crate::annotations::in_force::AnnotationNote>>,
+    pub annotations: BTreeMap<crate::refs::ObjectRef, Vec<crate::model::AnnotationNote>>,
 }
 
 /// An immutable routing configuration. Two snapshots built from equal inputs are equal and have
@@ -147,7 +146,7 @@ impl Snapshot {
     /// Each admitted Ingress's annotations with their verdicts (for the operator's page).
     pub fn annotations(
         &self,
-    ) -> &BTreeMap<crate::refs::ObjectRef, Vec<crate::annotations::in_force::AnnotationNote>> {
+    ) -> &BTreeMap<crate::refs::ObjectRef, Vec<crate::model::AnnotationNote>> {
         &self.parts.annotations
     }
 

@@ -7,22 +7,10 @@
 use std::collections::BTreeMap;
 
 use super::review::review;
+pub use crate::model::AnnotationNote;
 
 /// Longest value shown, in characters; longer ones end in `…`.
 pub const MAX_SHOWN_VALUE: usize = 160;
-
-/// One annotation of one Ingress as the operator's page lists it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub struct AnnotationNote {
-    /// The full key.
-    pub name: String,
-    /// The value, redacted by [`shown_value`].
-    pub value: String,
-    /// `honoured`, `differs`, `unsupported`, `refused`, `fails closed` or `invalid`.
-    pub verdict: &'static str,
-    /// Why, empty when honoured.
-    pub why: String,
-}
 
 /// The notes for every annotation sluice reads (either prefix), sorted by key.
 pub fn notes(a: &BTreeMap<String, String>) -> Vec<AnnotationNote> {

@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::Ingress;
 
-use crate::annotations::in_force::AnnotationNote;
 use crate::gateway::GatewayOutput;
 use crate::gateway::status::GatewayStatuses;
+use crate::model::AnnotationNote;
 use crate::model::{HostMatch, ObjectRef, PathMatch, Route, Settings, VirtualHost};
 use crate::snapshot::{Snapshot, SnapshotParts};
 use crate::world::{Key, World};

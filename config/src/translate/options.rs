@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::Ingress;
 
-use crate::annotations::in_force::AnnotationNote;
 use crate::annotations::{self, AnnotationError, access, auth, both, traffic};
 use crate::configmap;
+use crate::model::AnnotationNote;
 use crate::model::{NextUpstream, ObjectRef, RouteAction, RouteOptions, Settings, Severity};
 use crate::route_policy::{RouteEdits, RouteLimits, SourceRanges};
 use crate::world::World;

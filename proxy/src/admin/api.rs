@@ -6,9 +6,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sluice_config::annotations::in_force::AnnotationNote;
 use sluice_config::gateway_model::{BackendTarget, GatewayRule, PathRule};
-use sluice_config::{ObjectRef, PathKind, Route, RouteAction, Snapshot};
+use sluice_config::{AnnotationNote, ObjectRef, PathKind, Route, RouteAction, Snapshot};
 
 use crate::clock::now_nanos;
 use crate::state::dataplane::DataPlane;

@@ -3,5 +3,6 @@
 
 pub mod access_log;
 pub mod errlog;
+pub mod histogram;
 pub mod metrics;
 pub mod traffic;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 
-use super::metrics::{AtomicHistogram, LATENCY_BUCKETS};
+use super::histogram::{AtomicHistogram, LATENCY_BUCKETS};
 
 /// How often the counters are read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
