@@ -59,6 +59,7 @@ func run() int {
 	dieWithParent := fs.Bool("die-with-parent", false, "Linux: get SIGTERM when the parent thread exits (prctl PR_SET_PDEATHSIG)")
 	readyTimeout := fs.Duration("ready-timeout", 3*time.Minute, "give up (exit 1) if /readyz is not 200 by then")
 	etcdLogLevel := fs.String("etcd-log-level", "error", "embedded etcd's log level: debug, info, warn, error")
+	keepCert := fs.Bool("keep-serving-cert", false, "reuse DIR's serving certificate from an earlier start (a restart on the same address and port: clients keep trusting it)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -102,7 +103,7 @@ func run() int {
 		logf("%v", err)
 		return 1
 	}
-	files, err := prepare(workDir, ip, *port, *token)
+	files, err := prepare(workDir, ip, *port, *token, *keepCert)
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -192,9 +193,10 @@ type workFiles struct {
 }
 
 // prepare lays out DIR. Etcd data and the service-account key survive a restart on the same DIR
-// (objects and issued tokens stay valid); the serving certificate, the token file and the
-// kubeconfig are made anew each start (the address or token may have changed).
-func prepare(dir string, ip net.IP, port int, token string) (*workFiles, error) {
+// (objects and issued tokens stay valid); the token file and the kubeconfig are made anew each
+// start (the token may have changed), and so is the serving certificate unless keepCert (the
+// address may have changed; a restart on the same address keeps it, so clients still trust it).
+func prepare(dir string, ip net.IP, port int, token string, keepCert bool) (*workFiles, error) {
 	f := &workFiles{
 		certDir:   filepath.Join(dir, "certs"),
 		saKey:     filepath.Join(dir, "sa.key"),
@@ -205,7 +207,11 @@ func prepare(dir string, ip net.IP, port int, token string) (*workFiles, error) 
 	if err := os.MkdirAll(f.certDir, 0o700); err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{f.caFile, filepath.Join(f.certDir, "apiserver.key"), filepath.Join(dir, "kubeconfig")} {
+	stale := []string{filepath.Join(dir, "kubeconfig")}
+	if !keepCert {
+		stale = append(stale, f.caFile, filepath.Join(f.certDir, "apiserver.key"))
+	}
+	for _, stale := range stale {
 		if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}

@@ -509,6 +509,51 @@ pub mod echo;
 pub mod fake_api;
 pub mod real_api;
 
+/// The EndpointSlice `svc-I-abc` of Service `svc-I` with these ready addresses on port 8080
+/// (the scale and flood tests).
+pub fn numbered_slice(i: u32, addrs: &[std::net::Ipv4Addr]) -> serde_json::Value {
+    let eps: Vec<serde_json::Value> = addrs
+        .iter()
+        .map(|a| serde_json::json!({"addresses": [a.to_string()], "conditions": {"ready": true}}))
+        .collect();
+    serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("svc-{i}-abc"), "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": eps,
+    })
+}
+
+/// Fills the fake with the IngressClass and `n` Services `svc-I`, each with the EndpointSlice
+/// `slice(I)` and an Ingress `ing-I` routing `hI.DOMAIN` to it (the scale and flood tests).
+pub fn many_services(
+    fake: &fake_api::FakeApi,
+    n: u32,
+    domain: &str,
+    slice: impl Fn(u32) -> serde_json::Value,
+) {
+    for o in yaml_objects(&ingress_class()) {
+        fake.apply(o);
+    }
+    for i in 0..n {
+        fake.apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("svc-{i}"), "namespace": "default"},
+            "spec": {"ports": [{"name": "http", "port": 80}]},
+        }));
+        fake.apply(slice(i));
+        fake.apply(serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": format!("ing-{i}"), "namespace": "default"},
+            "spec": {"ingressClassName": "sluice", "rules": [{"host": format!("h{i}.{domain}"), "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": format!("svc-{i}"), "port": {"number": 80}}}}
+            ]}}]},
+        }));
+    }
+}
+
 /// Parses multi-document YAML into JSON values (for the fake API server).
 pub fn yaml_objects(yaml: &str) -> Vec<serde_json::Value> {
     use serde::Deserialize;

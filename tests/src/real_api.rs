@@ -76,11 +76,16 @@ pub fn in_private_network(test: &str) -> bool {
 
 /// A running kube-apiserver.
 pub struct RealApi {
-    child: Child,
+    /// The server process (replaced by [`RealApi::restart`]).
+    child: tokio::sync::Mutex<Child>,
     dir: tempfile::TempDir,
     /// `https://ADDR:PORT`.
     pub url: String,
     admin: kube::Client,
+    address: IpAddr,
+    port: u16,
+    /// The admin user's bearer token (the same across restarts).
+    token: String,
 }
 
 impl std::fmt::Debug for RealApi {
@@ -92,65 +97,113 @@ impl std::fmt::Debug for RealApi {
     }
 }
 
+/// Starts the server on `dir` and waits for its `READY` line; returns it and its URL.
+/// `keep_cert`: a restart, reusing the serving certificate (so clients still trust it).
+async fn spawn_server(
+    dir: &Path,
+    address: IpAddr,
+    port: u16,
+    token: &str,
+    keep_cert: bool,
+) -> (Child, String) {
+    let bin = binary();
+    assert!(
+        bin.exists(),
+        "{} is missing: run tests/kube-apiserver/build.sh",
+        bin.display()
+    );
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("apiserver.log"))
+        .unwrap_or_else(|e| panic!("log file: {e}"));
+    // Every request at Metadata level: the tests' request log, and the proof of no 403.
+    let policy = dir.join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+    )
+    .unwrap_or_else(|e| panic!("audit policy: {e}"));
+    let audit_log = dir.join("audit.log");
+    let mut child = Command::new(&bin)
+        .arg("--dir")
+        .arg(dir.join("work"))
+        .args([
+            "--address",
+            &address.to_string(),
+            "--port",
+            &port.to_string(),
+        ])
+        .args(["--token", token])
+        .arg(format!("--keep-serving-cert={keep_cert}"))
+        .arg("--")
+        .arg(format!("--audit-policy-file={}", policy.display()))
+        .arg(format!("--audit-log-path={}", audit_log.display()))
+        .args(["--audit-log-mode=blocking", "--audit-log-format=json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    let stdout = child.stdout.take().unwrap_or_else(|| unreachable!());
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.strip_prefix("READY ") {
+                return Some(url.to_string());
+            }
+        }
+        None
+    })
+    .await;
+    match ready {
+        Ok(Some(url)) => (child, url),
+        _ => panic!(
+            "kube-apiserver did not get ready; its log:\n{}",
+            tail(&dir.join("apiserver.log"))
+        ),
+    }
+}
+
 impl RealApi {
     /// Starts a server on `address` (a free port) and waits until it is ready.
     pub async fn start(address: IpAddr) -> Self {
         sluice_proxy::crypto::install_default_provider();
-        let bin = binary();
-        assert!(
-            bin.exists(),
-            "{} is missing: run tests/kube-apiserver/build.sh",
-            bin.display()
-        );
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let log = std::fs::File::create(dir.path().join("apiserver.log"))
-            .unwrap_or_else(|e| panic!("log file: {e}"));
-        // Every request at Metadata level: the tests' request log, and the proof of no 403.
-        let policy = dir.path().join("audit-policy.yaml");
-        std::fs::write(
-            &policy,
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
-        )
-        .unwrap_or_else(|e| panic!("audit policy: {e}"));
-        let audit_log = dir.path().join("audit.log");
-        let mut child = Command::new(&bin)
-            .arg("--dir")
-            .arg(dir.path().join("work"))
-            .args(["--address", &address.to_string(), "--port", "0", "--"])
-            .arg(format!("--audit-policy-file={}", policy.display()))
-            .arg(format!("--audit-log-path={}", audit_log.display()))
-            .args(["--audit-log-mode=blocking", "--audit-log-format=json"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        let stdout = child.stdout.take().unwrap_or_else(|| unreachable!());
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = tokio::time::timeout(Duration::from_secs(120), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("READY ") {
-                    return Some(url.to_string());
-                }
-            }
-            None
-        })
-        .await;
-        let url = match ready {
-            Ok(Some(url)) => url,
-            _ => panic!(
-                "kube-apiserver did not get ready; its log:\n{}",
-                tail(&dir.path().join("apiserver.log"))
-            ),
-        };
+        let token: String = (0..24)
+            .map(|_| format!("{:02x}", fastrand::u8(..)))
+            .collect();
+        let (child, url) = spawn_server(dir.path(), address, 0, &token, false).await;
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {url}"));
         let admin = client_from(&dir.path().join("work/kubeconfig"), None).await;
         Self {
-            child,
+            child: tokio::sync::Mutex::new(child),
             dir,
             url,
             admin,
+            address,
+            port,
+            token,
         }
+    }
+
+    /// Kills the server (SIGKILL: no graceful shutdown, watches cut mid-stream), keeps it down
+    /// for `down`, and starts it again on the same etcd data, address, port, token and serving
+    /// certificate; returns once it is ready again.
+    pub async fn restart(&self, down: Duration) {
+        let mut child = self.child.lock().await;
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        tokio::time::sleep(down).await;
+        let (next, url) =
+            spawn_server(self.dir.path(), self.address, self.port, &self.token, true).await;
+        assert_eq!(url, self.url, "restarted on the same address");
+        *child = next;
     }
 
     /// The admin (system:masters) client.
@@ -268,8 +321,10 @@ impl RealApi {
     fn signal(&self, sig: &str) {
         let pid = self
             .child
-            .id()
-            .unwrap_or_else(|| panic!("kube-apiserver exited"));
+            .try_lock()
+            .ok()
+            .and_then(|c| c.id())
+            .unwrap_or_else(|| panic!("kube-apiserver exited or restarting"));
         let ok = std::process::Command::new("kill")
             .args([sig, &pid.to_string()])
             .status()
@@ -302,8 +357,9 @@ impl RealApi {
 impl Drop for RealApi {
     fn drop(&mut self) {
         // Closing stdin asks the server to stop; the kill is for one that does not.
-        drop(self.child.stdin.take());
-        let _ = self.child.start_kill();
+        let child = self.child.get_mut();
+        drop(child.stdin.take());
+        let _ = child.start_kill();
     }
 }
 

@@ -528,9 +528,23 @@ async fn leader_election(api: &TestApi) {
         .await,
         "the other instance takes over"
     );
+    let led = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "within the lease duration plus a retry: {:?}",
+        led < Duration::from_secs(4),
+        "within the lease duration plus a retry: {led:?}"
+    );
+    // The new leader writes status (and it is the only replica left that can).
+    api.apply_yaml(&ingress("later", "later.test", &[("/", "Prefix", "web")]))
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            lb_ingress(api, "later").await == json!([{"ip": "10.1.2.3"}])
+        })
+        .await,
+        "the new leader writes status"
+    );
+    println!(
+        "leader killed: the other led {led:?} after, and wrote a new Ingress's status {:?} after",
         started.elapsed()
     );
     follower.shutdown(Duration::from_secs(3)).await;
@@ -782,10 +796,16 @@ real_only!(
     not_ready_while_the_api_server_hangs_and_no_404_once_ready_real
 );
 
-/// Real only: the API server hangs for a while under a running controller. The data plane keeps
-/// serving what it has; when the server answers again, the controller follows new changes.
-async fn hang_while_running(api: &TestApi) {
-    let real = api.real_only().unwrap();
+/// Backends `a` and `b` and a ready controller routing `one.test` to `a` (with its HTTP
+/// address), for the fault tests.
+async fn one_route(
+    api: &TestApi,
+) -> (
+    sluice_bench::backend::Backend,
+    sluice_bench::backend::Backend,
+    sluice::kube::Controlling,
+    std::net::SocketAddr,
+) {
     let a = backend_at("a", api.backend_addr()).await;
     let b = backend_at("b", api.backend_addr()).await;
     base(api, "web", &[a.addr]).await;
@@ -795,6 +815,14 @@ async fn hang_while_running(api: &TestApi) {
     assert!(ready(&c).await);
     let http = c.running.http_addr.unwrap();
     assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+    (a, b, c, http)
+}
+
+/// Real only: the API server hangs for a while under a running controller. The data plane keeps
+/// serving what it has; when the server answers again, the controller follows new changes.
+async fn hang_while_running(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let (_a, b, c, http) = one_route(api).await;
     real.pause();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for _ in 0..20 {
@@ -823,3 +851,192 @@ real_only!(
     hang_while_running,
     serves_through_an_api_server_hang_and_follows_changes_after_real
 );
+
+real_only!(
+    api_server_restart,
+    a_killed_api_server_comes_back_and_a_change_reaches_traffic_within_5_s_real
+);
+
+/// Requests to one host every 20 ms until stopped, counted: answered by backend `a` or `b`, or
+/// not (any other status, an error).
+struct Traffic {
+    ok: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    failed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Traffic {
+    fn start(http: std::net::SocketAddr, host: &'static str) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (ok, failed, stop) = (
+            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let (o, f, s) = (ok.clone(), failed.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Relaxed) {
+                match backend_of(http, host).await.as_deref() {
+                    Some("a" | "b") => o.fetch_add(1, Relaxed),
+                    _ => f.fetch_add(1, Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Self {
+            ok,
+            failed,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops; `(ok, failed)`.
+    async fn stop(self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stop.store(true, Relaxed);
+        self.task.await.unwrap();
+        (self.ok.load(Relaxed), self.failed.load(Relaxed))
+    }
+}
+
+/// `sluice_config_applies_total{result}` from the admin listener.
+async fn applies(admin: std::net::SocketAddr, result: &str) -> u64 {
+    let text = get(&client(), admin, "localhost", "/metrics")
+        .await
+        .unwrap()
+        .text();
+    let key = format!("sluice_config_applies_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Real only: the API server killed (SIGKILL, watches cut mid-stream) and started again on the
+/// same etcd after 8 s. Requests never fail (the last good snapshot serves), the watches
+/// resume, a change made after the restart reaches traffic within 5 s, and the re-lists of
+/// unchanged objects apply no new snapshot (no rebuild storm).
+async fn api_server_restart(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let (_a, b, c, http) = one_route(api).await;
+    let admin = c.running.admin_addr;
+
+    let traffic = Traffic::start(http, "one.test");
+    let applied_before = applies(admin, "applied").await;
+    let killed = std::time::Instant::now();
+    real.restart(Duration::from_secs(8)).await;
+    let down = killed.elapsed();
+    let back = std::time::Instant::now();
+    api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            backend_of(http, "one.test").await.as_deref() == Some("b")
+        })
+        .await,
+        "the change never reached traffic"
+    );
+    let took = back.elapsed();
+    // Let every watch resume and re-list.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (applied, skipped) = (
+        applies(admin, "applied").await - applied_before,
+        applies(admin, "skipped").await,
+    );
+    let (ok, failed) = traffic.stop().await;
+    println!(
+        "API server down {down:?} (killed, restarted on the same etcd); a change reached traffic \
+         {took:?} after it was back; snapshots applied since the kill: {applied} (skipped in all: \
+         {skipped}); requests ok {ok}, failed {failed}"
+    );
+    assert_eq!(failed, 0, "no request failed");
+    assert!(ok > 100, "traffic ran throughout: {ok}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        applied <= 1,
+        "re-lists of unchanged objects applied {applied} snapshots"
+    );
+    c.shutdown(Duration::from_secs(3)).await;
+}
+
+real_only!(
+    rbac_revoked,
+    revoked_permissions_are_shown_serving_goes_on_and_it_recovers_when_restored_real
+);
+
+/// Real only: the controller's ClusterRoleBinding deleted mid-run (and the API server restarted,
+/// so that the open watches end and must list again, which is refused). The failing watches are
+/// named in `/api/v1/status` with the API server's reason, requests keep being served from the
+/// last good configuration, and once the binding is back a change reaches traffic again and the
+/// problem goes away.
+async fn rbac_revoked(api: &TestApi) {
+    let real = api.real_only().unwrap();
+    let (_a, b, c, http) = one_route(api).await;
+    let admin = c.running.admin_addr;
+    let traffic = Traffic::start(http, "one.test");
+    let problems = || async move {
+        let r = get(&client(), admin, "localhost", "/api/v1/status")
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        v["problems"].to_string()
+    };
+
+    let binding = real.get("ClusterRoleBinding", "", "sluice").await.unwrap();
+    assert!(real.delete("ClusterRoleBinding", "", "sluice").await);
+    real.restart(Duration::from_secs(1)).await;
+    let revoked = std::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            let p = problems().await;
+            p.contains("failing") && p.contains("forbidden")
+        })
+        .await,
+        "the refused watches are named: {}",
+        problems().await
+    );
+    let shown_after = revoked.elapsed();
+    println!("while revoked, /api/v1/status said: {}", problems().await);
+    assert_eq!(backend_of(http, "one.test").await.as_deref(), Some("a"));
+
+    real.apply(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "sluice", "labels": binding["metadata"]["labels"]},
+        "roleRef": binding["roleRef"],
+        "subjects": binding["subjects"],
+    }))
+    .await;
+    let restored = std::time::Instant::now();
+    api.apply_yaml(&endpoint_slices("web", &[b.addr])).await;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            backend_of(http, "one.test").await.as_deref() == Some("b")
+        })
+        .await,
+        "a change after the binding came back never reached traffic"
+    );
+    let took = restored.elapsed();
+    let cleared = std::time::Instant::now();
+    // A resumed watch delivers nothing until something changes: it counts as recovered after
+    // 5 s without an error.
+    assert!(
+        eventually(Duration::from_secs(12), || async {
+            !problems().await.contains("failing")
+        })
+        .await,
+        "the problem goes away once the watches deliver: {}",
+        problems().await
+    );
+    let cleared = took + cleared.elapsed();
+    let (ok, failed) = traffic.stop().await;
+    println!(
+        "RBAC revoked: named in /api/v1/status {shown_after:?} after the API server was back; once \
+         restored, a change reached traffic in {took:?} and the problem cleared in {cleared:?}; \
+         requests ok {ok}, failed {failed}"
+    );
+    assert_eq!(failed, 0, "serving went on");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    c.shutdown(Duration::from_secs(3)).await;
+}

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_tests::fake_api::FakeApi;
 use sluice_tests::*;
 
@@ -52,38 +52,8 @@ fn addr(i: u32, j: u32) -> Ipv4Addr {
 }
 
 fn slice(i: u32, first: u32) -> Value {
-    let eps: Vec<Value> = (first..first + PER_SLICE)
-        .map(|j| json!({"addresses": [addr(i, j).to_string()], "conditions": {"ready": true}}))
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("svc-{i}-abc"), "namespace": "default",
-                     "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080}],
-        "endpoints": eps,
-    })
-}
-
-fn populate(fake: &FakeApi, n: u32) {
-    for o in yaml_objects(&ingress_class()) {
-        fake.apply(o);
-    }
-    for i in 0..n {
-        fake.apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": format!("svc-{i}"), "namespace": "default"},
-            "spec": {"ports": [{"name": "http", "port": 80}]},
-        }));
-        fake.apply(slice(i, 0));
-        fake.apply(json!({
-            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-            "metadata": {"name": format!("ing-{i}"), "namespace": "default"},
-            "spec": {"ingressClassName": "sluice", "rules": [{"host": format!("h{i}.scale.test"), "http": {"paths": [
-                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": format!("svc-{i}"), "port": {"number": 80}}}}
-            ]}}]},
-        }));
-    }
+    let addrs: Vec<Ipv4Addr> = (first..first + PER_SLICE).map(|j| addr(i, j)).collect();
+    numbered_slice(i, &addrs)
 }
 
 /// `q`-quantile of sorted durations.
@@ -168,7 +138,7 @@ async fn ten_thousand_ingresses_fifty_thousand_endpoints() {
     let changes: usize = 50;
     let fake = FakeApi::start().await;
     let t = Instant::now();
-    populate(&fake, n);
+    many_services(&fake, n, "scale.test", |i| slice(i, 0));
     println!(
         "fake populated: {n} Ingresses, {n} Services, {n} EndpointSlices ({} endpoints) in {:.2?}",
         n * PER_SLICE,

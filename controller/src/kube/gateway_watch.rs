@@ -8,14 +8,12 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use sluice_config::gateway_api::{self, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use sluice_config::world::{Kind, Object, key_of};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::watch::{Change, KindId, Seen};
 
@@ -85,33 +83,14 @@ fn spawn_untyped(api: Api<DynamicObject>, kind: KindId, tx: mpsc::UnboundedSende
         let stream = watcher(api, watcher::Config::default())
             .backoff(super::watch::watch_backoff())
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
-        futures::pin_mut!(stream);
-        let mut failing = false;
-        while let Some(item) = stream.next().await {
-            let now = Instant::now();
-            let change = match item {
-                Err(e) => {
-                    if !failing {
-                        tracing::warn!(?kind, error = %e, "watch failed; retrying with backoff and serving the last good configuration");
-                    }
-                    failing = true;
-                    continue;
-                }
-                Ok(ev) => {
-                    failing = false;
-                    match ev {
-                        watcher::Event::Apply(o) => Change::Apply(kind, parse(kind, &o)),
-                        watcher::Event::Delete(o) => Change::Delete(kind, parse(kind, &o)),
-                        watcher::Event::Init => Change::Init(kind),
-                        watcher::Event::InitApply(o) => Change::InitApply(kind, parse(kind, &o)),
-                        watcher::Event::InitDone => Change::InitDone(kind),
-                    }
-                }
-            };
-            if tx.send((change, now)).is_err() {
-                return;
-            }
-        }
+        super::watch::pump(stream, kind, tx, |ev| match ev {
+            watcher::Event::Apply(o) => Change::Apply(kind, parse(kind, &o)),
+            watcher::Event::Delete(o) => Change::Delete(kind, parse(kind, &o)),
+            watcher::Event::Init => Change::Init(kind),
+            watcher::Event::InitApply(o) => Change::InitApply(kind, parse(kind, &o)),
+            watcher::Event::InitDone => Change::InitDone(kind),
+        })
+        .await;
     });
 }
 

@@ -55,6 +55,8 @@ pub struct Rebuilder {
     /// ConfigMaps some Ingress names in `custom-headers` (as of the last rebuild): a change
     /// to any other ConfigMap rebuilds nothing.
     referenced_config_maps: HashSet<Key>,
+    /// Watches failing now, and why (shown in `/api/v1/status` while they fail).
+    failing: std::collections::BTreeMap<KindId, String>,
 }
 
 impl Rebuilder {
@@ -79,6 +81,7 @@ impl Rebuilder {
             published,
             ingress_changed,
             referenced_config_maps: HashSet::new(),
+            failing: std::collections::BTreeMap::new(),
         }
     }
 
@@ -150,12 +153,35 @@ impl Rebuilder {
         }
     }
 
+    /// Lists the failing watches among the data plane's problems.
+    fn show_failing(&self) {
+        self.dp.set_source_problems(
+            self.failing
+                .iter()
+                .map(|(watch, why)| {
+                    format!(
+                        "watch of {:?} failing, retrying; the last good configuration serves: {why}",
+                        watch.kind()
+                    )
+                })
+                .collect(),
+        );
+    }
+
     /// Takes one change into the world; fast-paths endpoint changes.
     pub fn handle(&mut self, change: Change, seen: Instant) {
         let fast = self.all_synced() && self.dp.is_ready();
         match change {
             Change::Init(watch) => {
                 self.listing.insert(watch, Vec::new());
+            }
+            Change::Failing(watch, why) => {
+                self.failing.insert(watch, why);
+                self.show_failing();
+            }
+            Change::Recovered(watch) => {
+                self.failing.remove(&watch);
+                self.show_failing();
             }
             Change::InitApply(watch, o) => {
                 self.listing.entry(watch).or_default().push(o);

@@ -150,6 +150,100 @@ pub enum Change {
     InitApply(KindId, Object),
     /// The (re-)list is complete: replace this kind's objects.
     InitDone(KindId),
+    /// The watch fails (and retries with backoff): why, as the API server said it. Sent for the
+    /// first error of a run and whenever the reason changes.
+    Failing(KindId, String),
+    /// The watch delivers again after failing.
+    Recovered(KindId),
+}
+
+/// After a watch failed, this long without another error means it works again: a watch that
+/// resumes from its last resource version delivers nothing until something changes, and the
+/// retries of a failing one come at most ~3 s apart ([`watch_backoff`]).
+const QUIET_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends a watch stream's events to `tx` as changes (made by `to_change`), with its health
+/// ([`Health`]) between them, until the stream or the receiver ends.
+pub(super) async fn pump<K, S>(
+    stream: S,
+    kind: KindId,
+    tx: mpsc::UnboundedSender<Seen>,
+    mut to_change: impl FnMut(watcher::Event<K>) -> Change,
+) where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    futures::pin_mut!(stream);
+    let mut health = Health::new(kind);
+    loop {
+        let item = if health.failing.is_some() {
+            match tokio::time::timeout(QUIET_AFTER_FAILURE, stream.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    if let Some(n) = health.delivered()
+                        && tx.send((n, Instant::now())).is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        } else {
+            stream.next().await
+        };
+        let Some(item) = item else { return };
+        let now = Instant::now();
+        let news = match &item {
+            Err(e) => health.failed(e),
+            Ok(_) => health.delivered(),
+        };
+        if let Some(n) = news
+            && tx.send((n, now)).is_err()
+        {
+            return;
+        }
+        if let Ok(ev) = item
+            && tx.send((to_change(ev), now)).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// One watch's health, turned into [`Change::Failing`] and [`Change::Recovered`] so that the
+/// rebuild loop can show a failing watch (a revoked permission, an API server that is down) in
+/// `/api/v1/status` while the last good configuration serves.
+#[derive(Debug)]
+pub(super) struct Health {
+    kind: KindId,
+    failing: Option<String>,
+}
+
+impl Health {
+    pub(super) fn new(kind: KindId) -> Self {
+        Self {
+            kind,
+            failing: None,
+        }
+    }
+
+    /// An error from the watch: the change to send, when it is news (logged then).
+    pub(super) fn failed(&mut self, e: &kube::runtime::watcher::Error) -> Option<Change> {
+        let why = e.to_string();
+        if self.failing.as_deref() == Some(why.as_str()) {
+            return None;
+        }
+        tracing::warn!(kind = ?self.kind, error = %why, "watch failed; retrying with backoff and serving the last good configuration");
+        self.failing = Some(why.clone());
+        Some(Change::Failing(self.kind, why))
+    }
+
+    /// An event from the watch (or [`QUIET_AFTER_FAILURE`] without an error):
+    /// [`Change::Recovered`] when it was failing.
+    pub(super) fn delivered(&mut self) -> Option<Change> {
+        self.failing.take()?;
+        tracing::info!(kind = ?self.kind, "watch recovered");
+        Some(Change::Recovered(self.kind))
+    }
 }
 
 /// A change with the instant it was seen (for the propagation-delay histogram).
@@ -189,36 +283,14 @@ where
                 trim(o);
             })
             .reflect(writer);
-        futures::pin_mut!(stream);
-        let mut failing = false;
-        while let Some(item) = stream.next().await {
-            let now = Instant::now();
-            let change = match item {
-                Err(e) => {
-                    if !failing {
-                        tracing::warn!(?kind, error = %e, "watch failed; retrying with backoff and serving the last good configuration");
-                    }
-                    failing = true;
-                    continue;
-                }
-                Ok(ev) => {
-                    if failing {
-                        tracing::info!(?kind, "watch recovered");
-                        failing = false;
-                    }
-                    match ev {
-                        watcher::Event::Apply(o) => Change::Apply(kind, wrap(Arc::new(o))),
-                        watcher::Event::Delete(o) => Change::Delete(kind, wrap(Arc::new(o))),
-                        watcher::Event::Init => Change::Init(kind),
-                        watcher::Event::InitApply(o) => Change::InitApply(kind, wrap(Arc::new(o))),
-                        watcher::Event::InitDone => Change::InitDone(kind),
-                    }
-                }
-            };
-            if tx.send((change, now)).is_err() {
-                return;
-            }
-        }
+        pump(stream, kind, tx, |ev| match ev {
+            watcher::Event::Apply(o) => Change::Apply(kind, wrap(Arc::new(o))),
+            watcher::Event::Delete(o) => Change::Delete(kind, wrap(Arc::new(o))),
+            watcher::Event::Init => Change::Init(kind),
+            watcher::Event::InitApply(o) => Change::InitApply(kind, wrap(Arc::new(o))),
+            watcher::Event::InitDone => Change::InitDone(kind),
+        })
+        .await;
     });
     reader
 }
@@ -309,5 +381,37 @@ mod tests {
         let longest = delays.iter().max().copied().unwrap_or_default();
         assert!(longest <= Duration::from_secs(2), "{delays:?}");
         assert!(delays[0] < Duration::from_millis(500), "{delays:?}");
+    }
+
+    /// A failing watch is reported once per reason, and recovered either by an event or by
+    /// [`QUIET_AFTER_FAILURE`] without another error (a resumed watch delivers nothing).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_is_reported_once_and_recovers_when_quiet() {
+        use futures::StreamExt;
+        let errors = futures::stream::iter(vec![
+            Err::<watcher::Event<()>, _>(watcher::Error::NoResourceVersion),
+            Err(watcher::Error::NoResourceVersion),
+        ])
+        .chain(futures::stream::pending());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let kind = KindId::Of(Kind::Ingress);
+        let task = tokio::spawn(pump(errors, kind, tx, move |_| Change::Init(kind)));
+        let first = rx.recv().await.map(|(c, _)| c);
+        assert!(
+            matches!(first, Some(Change::Failing(k, _)) if k == kind),
+            "{first:?}"
+        );
+        let started = Instant::now();
+        let next = rx.recv().await.map(|(c, _)| c);
+        assert!(
+            matches!(next, Some(Change::Recovered(k)) if k == kind),
+            "{next:?}"
+        );
+        assert_eq!(
+            started.elapsed(),
+            QUIET_AFTER_FAILURE,
+            "the repeat was not news"
+        );
+        task.abort();
     }
 }
