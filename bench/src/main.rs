@@ -230,6 +230,7 @@ async fn run_scenario(
             client_cert_host: false,
             handover: matches!(job, Job::Scenario(Scenario::Upgrade)),
             haproxy_expose_fd: true,
+            max_connections: None,
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before

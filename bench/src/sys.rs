@@ -176,6 +176,16 @@ pub fn tree_rss_bytes(root: u32) -> u64 {
         .sum()
 }
 
+/// Open file descriptors of `root`'s tree now (sockets, files, pipes).
+pub fn tree_fds(root: u32) -> u64 {
+    tree(root)
+        .iter()
+        .map(|&p| {
+            std::fs::read_dir(format!("/proc/{p}/fd")).map_or(0, |d| d.count() as u64)
+        })
+        .sum()
+}
+
 /// Peak resident memory (VmHWM) of one process (bytes).
 pub fn peak_rss_bytes(pid: u32) -> u64 {
     status_kb(pid, "VmHWM:") * 1024

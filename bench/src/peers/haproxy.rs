@@ -39,6 +39,8 @@ struct Conf {
     /// `expose-fd listeners` on the stats socket: a reload passes the listening sockets to
     /// the new worker (`-x`, the seamless reload); without it the new worker binds its own.
     expose_fd: bool,
+    /// `maxconn`, global and per frontend.
+    maxconn: usize,
 }
 
 pub(super) fn unavailable() -> Option<String> {
@@ -50,10 +52,11 @@ pub(super) fn unavailable() -> Option<String> {
 fn config(dir: &Path, c: &Conf, servers: &[Option<SocketAddr>]) -> String {
     let d = dir.display();
     let mut s = format!(
-        "global\n  nbthread {w}\n  maxconn 8000\n  stats socket {d}/admin.sock mode 600 level admin{x}\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn 8000\n\nfrontend fe\n  bind 127.0.0.1:{p}",
+        "global\n  nbthread {w}\n  maxconn {maxconn}\n  stats socket {d}/admin.sock mode 600 level admin{x}\n  hard-stop-after 60s\n  ssl-default-bind-ciphers ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n  tune.ssl.default-dh-param 2048\n\ndefaults\n  mode http\n  timeout connect {CONNECT_TIMEOUT_S}s\n  timeout client {CLIENT_IDLE_S}s\n  timeout server {READ_TIMEOUT_S}s\n  timeout http-keep-alive {CLIENT_IDLE_S}s\n  timeout http-request 30s\n  option http-keep-alive\n  http-reuse safe\n  retries {r}\n  option redispatch 1\n  balance roundrobin\n  maxconn {maxconn}\n\nfrontend fe\n  bind 127.0.0.1:{p}",
         w = c.workers,
         r = TRIES - 1,
         p = c.port,
+        maxconn = c.maxconn,
         x = if c.expose_fd {
             " expose-fd listeners"
         } else {
@@ -138,6 +141,7 @@ pub(super) async fn start(
         http2: env.http2,
         workers: env.workers,
         expose_fd: env.haproxy_expose_fd,
+        maxconn: env.max_connections.map_or(8000, |n| (n + 1_000).max(8000)),
     };
     let mut slots: Vec<Option<SocketAddr>> = eps.iter().copied().map(Some).collect();
     if runtime {

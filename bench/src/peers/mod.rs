@@ -179,6 +179,9 @@ pub struct PeerEnv {
     /// HAProxy's stats socket has `expose-fd listeners` (its seamless reload); the upgrade
     /// scenario also runs it without.
     pub haproxy_expose_fd: bool,
+    /// Client connections the peer must hold at once, when more than the other scenarios'
+    /// limits (nginx 8,192 per worker, HAProxy 8,000, sluice 50,000): the idle scenario's.
+    pub max_connections: Option<usize>,
 }
 
 /// Starting or changing a peer failed.

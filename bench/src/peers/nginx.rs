@@ -39,6 +39,8 @@ struct Conf {
     /// Runs as a daemon (its master's parent exits): nginx ignores the binary-upgrade signal
     /// (USR2) while the parent it started under is alive, so the upgrade scenario needs it.
     daemon: bool,
+    /// `worker_connections` (each worker's share of the clients, plus room for upstreams).
+    worker_connections: usize,
 }
 
 pub(super) fn unavailable(lua: bool) -> Option<String> {
@@ -138,9 +140,11 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
     }
     let _ = write!(
         s,
-        "worker_processes {w};\nworker_rlimit_nofile 16384;\ndaemon {daemon};\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections 8192;\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  map $http_x_request_id $req_id {{\n    default $http_x_request_id;\n    \"\" $request_id;\n  }}\n  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n  proxy_set_header X-Forwarded-Proto $scheme;\n  proxy_set_header X-Forwarded-Host $http_host;\n  proxy_set_header X-Forwarded-Port $server_port;\n  proxy_set_header X-Request-ID $req_id;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
+        "worker_processes {w};\nworker_rlimit_nofile {nofile};\ndaemon {daemon};\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{\n  worker_connections {wc};\n}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n  fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n  keepalive_timeout {CLIENT_IDLE_S}s;\n  keepalive_requests 1000000;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n  map $http_x_request_id $req_id {{\n    default $http_x_request_id;\n    \"\" $request_id;\n  }}\n  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n  proxy_set_header X-Forwarded-Proto $scheme;\n  proxy_set_header X-Forwarded-Host $http_host;\n  proxy_set_header X-Forwarded-Port $server_port;\n  proxy_set_header X-Request-ID $req_id;\n  proxy_connect_timeout {CONNECT_TIMEOUT_S}s;\n  proxy_read_timeout {READ_TIMEOUT_S}s;\n  proxy_send_timeout {READ_TIMEOUT_S}s;\n  proxy_next_upstream error timeout;\n  proxy_next_upstream_tries {TRIES};\n",
         w = c.workers,
         daemon = if c.daemon { "on" } else { "off" },
+        wc = c.worker_connections,
+        nofile = c.worker_connections * 2,
     );
     if let Some(lp) = c.lua_port {
         lua_http(&mut s, eps);
@@ -238,6 +242,9 @@ pub(super) async fn start(
         workers: env.workers,
         lua_port,
         daemon: env.handover,
+        worker_connections: env
+            .max_connections
+            .map_or(8192, |n| (n.div_ceil(env.workers.max(1)) + 1024).max(8192)),
     };
     super::write(&dir.join("nginx.conf"), &config(dir, &conf, eps))?;
     let args = args(dir);

@@ -181,6 +181,10 @@ pub(super) async fn start(
         (env.workers, env.http2),
         &env.sluice_log_level,
     );
+    if let Some(n) = env.max_connections {
+        args.push("--max-connections".into());
+        args.push((n + 1_000).max(50_000).to_string());
+    }
     if env.handover {
         args.push("--handover".into());
         args.push(dir.join("handover.sock").display().to_string());

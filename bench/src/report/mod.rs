@@ -213,6 +213,15 @@ pub struct IdleRow {
     pub kb_per_connection_answered: f64,
     /// (settled - base) / open, KB: the figure to quote.
     pub kb_per_connection: f64,
+    /// RSS after every connection was closed and the settling time passed again (bytes):
+    /// what holding them left behind.
+    pub rss_closed_bytes: u64,
+    /// Open descriptors of the peer's tree before the first connection.
+    pub fds_base: u64,
+    /// … while the connections were held.
+    pub fds_settled: u64,
+    /// … after they were closed and the settling time passed (a leak stays above base).
+    pub fds_closed: u64,
     /// Remarks (failed connections, closes, non-2xx answers).
     pub notes: Vec<String>,
 }

@@ -34,6 +34,8 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
             "settled MB",
             "KB/conn answered",
             "KB/conn settled",
+            "closed MB",
+            "fds base/held/closed",
         ];
         let rows = r
             .idle
@@ -49,6 +51,8 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
                     mb(i.rss_settled_bytes),
                     f(i.kb_per_connection_answered),
                     f(i.kb_per_connection),
+                    mb(i.rss_closed_bytes),
+                    format!("{}/{}/{}", i.fds_base, i.fds_settled, i.fds_closed),
                 ],
             })
             .collect();

@@ -4,7 +4,9 @@
 //! browser's spare connections do. The peer's resident memory (its whole process tree) is read
 //! before the first connection, just after the last answer, and after a settling time (a peer
 //! may give buffers back once a connection has been quiet), and divided by the connections still
-//! open at the end. Every peer runs in the same invocation, on the same machine state.
+//! open at the end. Then every connection is closed, and after the same settling time the
+//! peer's memory and open descriptors are read again: what holding them left behind. Every
+//! peer runs in the same invocation, on the same machine state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +60,14 @@ impl Variant {
 /// Runs the idle-connection scenario over every peer and variant.
 pub async fn run(c: &Common) -> Report {
     let n = c.connections.unwrap_or(if c.quick { 1000 } else { 5000 });
+    // This process and the peer each hold one descriptor per connection (and some more).
+    let limit = usize::try_from(sys::nofile()).unwrap_or(usize::MAX);
+    if n + 500 > limit {
+        eprintln!(
+            "idle: {n} connections need about {} descriptors in this process and in each peer; the open-files limit here is {limit} (raise the hard limit: ulimit -Hn, or LimitNOFILE)",
+            n + 500
+        );
+    }
     let settle = c.duration.unwrap_or(secs(15.0));
     let variants: Vec<Variant> = match (c.proto, c.h2) {
         (_, true) => vec![Variant::H2],
@@ -104,7 +114,7 @@ pub async fn run(c: &Common) -> Report {
     );
     settings.insert(
         "limits".into(),
-        "nginx worker_connections 8192, HAProxy maxconn 8000 (the other scenarios' settings): keep --connections below them".into(),
+        format!("raised to hold them: nginx worker_connections max(8192, {n}/workers + 1024), HAProxy maxconn max(8000, {n} + 1000), sluice --max-connections max(50000, {n} + 1000); the open-files limit ({}) bounds them, here and in each peer", sys::nofile()),
     );
     Report {
         scenario: "idle".into(),
@@ -126,6 +136,7 @@ pub async fn run(c: &Common) -> Report {
 async fn one(kind: PeerKind, c: &Common, v: Variant, n: usize, settle: Duration) -> IdleRow {
     let name = kind.name();
     let mut env = c.env.clone();
+    env.max_connections = Some(n);
     env.proto = if v == Variant::Http {
         Proto::Http
     } else {
@@ -169,11 +180,11 @@ async fn measure(peer: &Peer, v: Variant, n: usize, settle: Duration) -> Result<
             .map_err(|e| format!("client TLS: {e}"))?,
     );
     tokio::time::sleep(WARM).await;
-    let base = sys::tree_rss_bytes(pid);
+    let (base, fds_base) = (sys::tree_rss_bytes(pid), sys::tree_fds(pid));
     let mut held = hold(connector, v, n).await;
     let answered = sys::tree_rss_bytes(pid);
     tokio::time::sleep(settle).await;
-    let settled = sys::tree_rss_bytes(pid);
+    let (settled, fds_settled) = (sys::tree_rss_bytes(pid), sys::tree_fds(pid));
     let open = held.count_open().await;
     let per = |rss: u64| {
         if open == 0 {
@@ -195,18 +206,33 @@ async fn measure(peer: &Peer, v: Variant, n: usize, settle: Duration) -> Result<
             held.streams.len() - open
         ));
     }
+    let answered_n = held.streams.len();
+    // Every connection closed by the client; what is left once the peer has noticed.
+    drop(held);
+    tokio::time::sleep(settle).await;
+    let (closed, fds_closed) = (sys::tree_rss_bytes(pid), sys::tree_fds(pid));
+    if fds_closed > fds_base + 16 {
+        notes.push(format!(
+            "{} more descriptors open after every connection closed than before",
+            fds_closed - fds_base
+        ));
+    }
     Ok(IdleRow {
         name: peer.kind.name().into(),
         variant: v.label().into(),
         skipped: None,
         connections: n,
-        answered: held.streams.len(),
+        answered: answered_n,
         open,
         rss_base_bytes: base,
         rss_answered_bytes: answered,
         rss_settled_bytes: settled,
         kb_per_connection_answered: per(answered),
         kb_per_connection: per(settled),
+        rss_closed_bytes: closed,
+        fds_base,
+        fds_settled,
+        fds_closed,
         notes,
     })
 }
