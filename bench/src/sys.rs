@@ -180,8 +180,31 @@ pub fn tree_rss_bytes(root: u32) -> u64 {
 pub fn tree_fds(root: u32) -> u64 {
     tree(root)
         .iter()
-        .map(|&p| {
-            std::fs::read_dir(format!("/proc/{p}/fd")).map_or(0, |d| d.count() as u64)
+        .map(|&p| std::fs::read_dir(format!("/proc/{p}/fd")).map_or(0, |d| d.count() as u64))
+        .sum()
+}
+
+/// TCP sockets on this machine whose local port is `port`, listening ones excepted: the
+/// connections a server on that port still holds (any state, `TIME_WAIT` included).
+pub fn tcp_sockets_on_port(port: u16) -> usize {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(|t| {
+            t.lines()
+                .skip(1)
+                .filter(|l| {
+                    let mut cols = l.split_whitespace();
+                    let local = cols.nth(1).unwrap_or("");
+                    let state = cols.nth(1).unwrap_or("");
+                    state != "0A"
+                        && local
+                            .rsplit(':')
+                            .next()
+                            .and_then(|p| u16::from_str_radix(p, 16).ok())
+                            == Some(port)
+                })
+                .count()
         })
         .sum()
 }

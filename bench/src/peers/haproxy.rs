@@ -141,7 +141,12 @@ pub(super) async fn start(
         http2: env.http2,
         workers: env.workers,
         expose_fd: env.haproxy_expose_fd,
-        maxconn: env.max_connections.map_or(8000, |n| (n + 1_000).max(8000)),
+        // HAProxy wants about two descriptors per connection and refuses to start beyond
+        // its open-files limit.
+        maxconn: env.max_connections.map_or(8000, |n| {
+            let fds = usize::try_from(crate::sys::nofile()).unwrap_or(usize::MAX);
+            (n + 1_000).max(8000).min(fds.saturating_sub(1_000) / 2)
+        }),
     };
     let mut slots: Vec<Option<SocketAddr>> = eps.iter().copied().map(Some).collect();
     if runtime {

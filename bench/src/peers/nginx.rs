@@ -144,7 +144,11 @@ fn config(dir: &Path, c: &Conf, eps: &[SocketAddr]) -> String {
         w = c.workers,
         daemon = if c.daemon { "on" } else { "off" },
         wc = c.worker_connections,
-        nofile = c.worker_connections * 2,
+        nofile = (c.worker_connections * 2).min(
+            usize::try_from(crate::sys::nofile())
+                .unwrap_or(usize::MAX)
+                .max(16384)
+        ),
     );
     if let Some(lp) = c.lua_port {
         lua_http(&mut s, eps);
@@ -242,9 +246,8 @@ pub(super) async fn start(
         workers: env.workers,
         lua_port,
         daemon: env.handover,
-        worker_connections: env
-            .max_connections
-            .map_or(8192, |n| (n.div_ceil(env.workers.max(1)) + 1024).max(8192)),
+        // Any one worker may accept them all.
+        worker_connections: env.max_connections.map_or(8192, |n| (n + 1024).max(8192)),
     };
     super::write(&dir.join("nginx.conf"), &config(dir, &conf, eps))?;
     let args = args(dir);

@@ -216,6 +216,11 @@ pub struct IdleRow {
     /// RSS after every connection was closed and the settling time passed again (bytes):
     /// what holding them left behind.
     pub rss_closed_bytes: u64,
+    /// RSS after a second round of as many connections, closed and settled the same way:
+    /// above the first round's, memory is kept (a leak), not cached.
+    pub rss_closed_again_bytes: u64,
+    /// Connections on the peer's port (any state but listening) after the clients closed.
+    pub clients_left: usize,
     /// Open descriptors of the peer's tree before the first connection.
     pub fds_base: u64,
     /// … while the connections were held.

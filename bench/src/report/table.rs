@@ -34,8 +34,9 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
             "settled MB",
             "KB/conn answered",
             "KB/conn settled",
-            "closed MB",
+            "closed MB (round 1/2)",
             "fds base/held/closed",
+            "conns left",
         ];
         let rows = r
             .idle
@@ -51,8 +52,13 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
                     mb(i.rss_settled_bytes),
                     f(i.kb_per_connection_answered),
                     f(i.kb_per_connection),
-                    mb(i.rss_closed_bytes),
+                    format!(
+                        "{}/{}",
+                        mb(i.rss_closed_bytes),
+                        mb(i.rss_closed_again_bytes)
+                    ),
                     format!("{}/{}/{}", i.fds_base, i.fds_settled, i.fds_closed),
+                    i.clients_left.to_string(),
                 ],
             })
             .collect();
