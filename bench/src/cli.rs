@@ -50,6 +50,13 @@ pub(crate) enum Cmd {
     /// new connection per request, HTTP/2): failed requests, refused connections, and the p99
     /// of the seconds the replacements happen in.
     Upgrade(ScenarioArgs),
+    /// sluice through the life of a production edge: an hour (--duration; 2 minutes with
+    /// --quick) of HTTPS keep-alive, HTTP/2 and WebSocket traffic while backends churn with
+    /// pods killed, the Ingress, its TLS Secret and the ConfigMap change every few seconds, and
+    /// attack bursts arrive. Every minute: failed requests, p99, RSS, descriptors, tasks,
+    /// upstream connections. Holds when nothing legitimate failed and RSS and descriptors stay
+    /// flat (under 5%) over the second half.
+    Soak(ScenarioArgs),
     /// A published test as one named run, its report beside the published figures
     /// (`seed --list` for the names).
     Seed(SeedArgs),

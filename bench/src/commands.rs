@@ -154,6 +154,7 @@ pub(crate) async fn load_cmd(a: LoadArgs) -> Result<()> {
         Hooks {
             started: None,
             live,
+            bucket: None,
         },
     )
     .await?;

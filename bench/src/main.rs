@@ -39,6 +39,7 @@ fn main() -> Result<()> {
         Cmd::Validate(a) => scenario_main(Job::Scenario(Scenario::Validate), a, nofile),
         Cmd::Abuse(a) => scenario_main(Job::Scenario(Scenario::Abuse), a, nofile),
         Cmd::Idle(a) => scenario_main(Job::Scenario(Scenario::Idle), a, nofile),
+        Cmd::Soak(a) => scenario_main(Job::Scenario(Scenario::Soak), a, nofile),
         Cmd::Upgrade(a) => scenario_main(Job::Scenario(Scenario::Upgrade), a, nofile),
         Cmd::Seed(s) => match s.name.as_deref().filter(|_| !s.list) {
             None => {
@@ -231,6 +232,7 @@ async fn run_scenario(
             handover: matches!(job, Job::Scenario(Scenario::Upgrade)),
             haproxy_expose_fd: true,
             max_connections: None,
+            sluice_extra_args: Vec::new(),
         },
         removal: if a.stop_delay.is_some() {
             Removal::Before
@@ -305,6 +307,24 @@ async fn run_scenario(
     let footer = report::terminal_footer(&rep, a.wide);
     if !footer.is_empty() {
         print!("\n{footer}");
+    }
+    if let Some(soak) = &rep.soak {
+        println!(
+            "soak: {}",
+            if soak.held {
+                "held".to_string()
+            } else {
+                format!("did not hold: {}", soak.why_not.join("; "))
+            }
+        );
+        println!(
+            "report: {}/report.md  (json: report.json, plots: soak.svg, latency.svg)",
+            out.display()
+        );
+        if !soak.held {
+            bail!("the soak did not hold");
+        }
+        return Ok(());
     }
     println!(
         "report: {}/report.md  (json: report.json, plots: latency.svg, timeline.svg)",

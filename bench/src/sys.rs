@@ -209,6 +209,64 @@ pub fn tcp_sockets_on_port(port: u16) -> usize {
         .sum()
 }
 
+/// `(local port, state)` of each TCP socket process `pid` holds (sockets in `TIME_WAIT`
+/// belong to no process and are not among them).
+fn own_tcp(pid: u32) -> Vec<(u16, String)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy();
+            l.strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    let (local, state, inode) = (cols.get(1)?, cols.get(3)?, cols.get(9)?);
+                    if !inodes.contains(*inode) {
+                        return None;
+                    }
+                    let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+                    Some((port, (*state).to_string()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Process `pid`'s TCP connections: `(inbound, outbound)`. Inbound ones have a port it
+/// listens on as their local port (its clients', in any state but listening); outbound ones
+/// are established from any other port (a proxy's upstream connections). Read from the
+/// process's socket descriptors and `/proc/net/tcp{,6}`, so nothing else on the machine is
+/// counted.
+pub fn connections(pid: u32) -> (usize, usize) {
+    let own = own_tcp(pid);
+    // 0A: LISTEN; 01: ESTABLISHED.
+    let listening: std::collections::HashSet<u16> = own
+        .iter()
+        .filter(|(_, s)| s == "0A")
+        .map(|(p, _)| *p)
+        .collect();
+    let inbound = own
+        .iter()
+        .filter(|(p, s)| s != "0A" && listening.contains(p))
+        .count();
+    let outbound = own
+        .iter()
+        .filter(|(p, s)| s == "01" && !listening.contains(p))
+        .count();
+    (inbound, outbound)
+}
+
 /// Peak resident memory (VmHWM) of one process (bytes).
 pub fn peak_rss_bytes(pid: u32) -> u64 {
     status_kb(pid, "VmHWM:") * 1024
@@ -224,6 +282,7 @@ pub fn self_cpu_seconds() -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -234,5 +293,19 @@ mod tests {
         assert!(tree(me).contains(&me));
         assert!(peak_rss_bytes(me) > 0);
         assert!(self_cpu_seconds() >= 0.0);
+    }
+
+    #[test]
+    fn connections_are_this_process_s_own_by_direction() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let me = std::process::id();
+        let (inbound, outbound) = connections(me);
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_accepted, _) = l.accept().unwrap();
+        // The connected socket is outbound; the accepted one has the listener's port.
+        assert_eq!(connections(me), (inbound + 1, outbound + 1));
+        assert_ne!(port, 0);
+        drop(c);
     }
 }

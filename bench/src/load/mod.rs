@@ -99,6 +99,9 @@ pub struct Hooks {
     pub started: Option<oneshot::Sender<Instant>>,
     /// Live counters for a progress display.
     pub live: Arc<Live>,
+    /// Width of one timeline entry (default one second). A run of an hour (the soak) records
+    /// per minute: a latency histogram per second for an hour would take hundreds of MB.
+    pub bucket: Option<Duration>,
 }
 
 /// Why a run could not start.
@@ -219,10 +222,10 @@ impl From<&Counts> for Truth {
     }
 }
 
-/// One second of the run.
+/// One second of the run (one bucket, where [`Hooks::bucket`] is wider).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SecondStats {
-    /// Seconds from the start.
+    /// Seconds (buckets) from the start.
     pub t: u32,
     /// Requests finished (responses and failures).
     pub requests: u64,
@@ -383,7 +386,9 @@ pub async fn run(spec: &LoadSpec, hooks: Hooks) -> Result<LoadReport, LoadError>
         hard_stop: t0 + spec.duration + spec.timeout,
     };
     let shards = (spec.connections / 8).clamp(1, 64);
-    let rec = Arc::new(record::Recorder::new(t0, shards, Arc::clone(&hooks.live)));
+    let bucket = hooks.bucket.unwrap_or(Duration::from_secs(1));
+    let rec =
+        Arc::new(record::Recorder::new(t0, shards, Arc::clone(&hooks.live)).with_bucket(bucket));
     let _ = go_tx.send(Some((window, Arc::clone(&rec))));
     if let Some(tx) = hooks.started {
         let _ = tx.send(t0);

@@ -288,6 +288,7 @@ pub struct Live {
 #[derive(Debug)]
 pub struct Recorder {
     t0: Instant,
+    bucket_ms: u128,
     shards: Vec<Mutex<Shard>>,
     /// Live counters.
     pub live: Arc<Live>,
@@ -315,11 +316,19 @@ impl Recorder {
     pub fn new(t0: Instant, shards: usize, live: Arc<Live>) -> Self {
         Self {
             t0,
+            bucket_ms: 1000,
             shards: (0..shards.max(1))
                 .map(|_| Mutex::new(Shard::new()))
                 .collect(),
             live,
         }
+    }
+
+    /// The timeline in buckets of `width` (at least a millisecond) instead of seconds.
+    #[must_use]
+    pub fn with_bucket(mut self, width: Duration) -> Self {
+        self.bucket_ms = width.as_millis().max(1);
+        self
     }
 
     /// Records one outcome from connection `conn`, known at `now`.
@@ -339,7 +348,7 @@ impl Recorder {
             }
         }
         let since = now.saturating_duration_since(self.t0);
-        let sec = usize::try_from(since.as_secs())
+        let sec = usize::try_from(since.as_millis() / self.bucket_ms)
             .unwrap_or(usize::MAX)
             .min(100_000);
         let mut s = self.shards[conn % self.shards.len()]

@@ -182,6 +182,8 @@ pub struct PeerEnv {
     /// Client connections the peer must hold at once, when more than the other scenarios'
     /// limits (nginx 8,192 per worker, HAProxy 8,000, sluice 50,000): the idle scenario's.
     pub max_connections: Option<usize>,
+    /// More `sluice serve` flags (the soak's `--configmap`).
+    pub sluice_extra_args: Vec<String>,
 }
 
 /// Starting or changing a peer failed.
@@ -315,6 +317,15 @@ impl Peer {
             return Err(e);
         }
         Ok(peer)
+    }
+
+    /// sluice's manifest directory and admin address (the soak rewrites Ingresses, Secrets and
+    /// its ConfigMap there); `None` for every other peer.
+    pub fn sluice_files(&self) -> Option<(&std::path::Path, SocketAddr)> {
+        match &self.state {
+            State::Sluice(s) => Some((s.manifests.as_path(), s.admin)),
+            _ => None,
+        }
     }
 
     /// The main process id (None for direct).

@@ -14,7 +14,7 @@ use super::{BACKLOG, CONNECT_TIMEOUT_S, HOST, PeerEnv, PeerError, Proc, Proto, S
 /// A running sluice.
 #[derive(Debug)]
 pub struct Sluice {
-    manifests: PathBuf,
+    pub(super) manifests: PathBuf,
     /// Admin API address.
     pub admin: SocketAddr,
 }
@@ -185,6 +185,7 @@ pub(super) async fn start(
         args.push("--max-connections".into());
         args.push((n + 1_000).max(50_000).to_string());
     }
+    args.extend(env.sluice_extra_args.iter().cloned());
     if env.handover {
         args.push("--handover".into());
         args.push(dir.join("handover.sock").display().to_string());
@@ -230,8 +231,9 @@ impl Sluice {
     }
 }
 
-/// Polls sluice's `/api/v1/upstreams` at `admin` until the pools hold exactly `eps` (draining
-/// endpoints aside).
+/// Polls sluice's `/api/v1/upstreams` at `admin` until the `bench` Service's pools hold
+/// exactly `eps` (draining endpoints aside; other Services' pools, such as the soak's
+/// WebSocket pods, are not looked at).
 pub async fn pool_holds(admin: SocketAddr, eps: &[SocketAddr], within: Duration) -> bool {
     let want: BTreeSet<String> = eps.iter().map(ToString::to_string).collect();
     let end = Instant::now() + within;
@@ -243,6 +245,11 @@ pub async fn pool_holds(admin: SocketAddr, eps: &[SocketAddr], within: Duration)
                 .as_array()
                 .into_iter()
                 .flatten()
+                .filter(|pool| {
+                    pool["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("default/bench:"))
+                })
                 .flat_map(|pool| pool["endpoints"].as_array().cloned().unwrap_or_default())
                 .filter(|e| e["state"].as_str() != Some("draining"))
                 .filter_map(|e| e["address"].as_str().map(str::to_string))

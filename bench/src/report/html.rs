@@ -70,11 +70,23 @@ fn section(label: &str, r: &Report) -> String {
         s.push_str("</ul>\n");
     }
     let ran: Vec<&PeerResult> = r.peers.iter().filter(|p| p.skipped.is_none()).collect();
+    if let Some(soak) = &r.soak {
+        let verdict = if soak.held {
+            "Held".to_string()
+        } else {
+            format!("Did not hold: {}", soak.why_not.join("; "))
+        };
+        let _ = writeln!(s, "<p><strong>{}</strong></p>", esc(&verdict));
+        s.push_str(&super::soak::svg(soak));
+        s.push('\n');
+    }
     if !ran.is_empty() && r.scale.is_empty() {
         s.push_str(&svg::latency(r, &ran));
         s.push('\n');
-        s.push_str(&svg::timeline(r, &ran));
-        s.push('\n');
+        if r.soak.is_none() {
+            s.push_str(&svg::timeline(r, &ran));
+            s.push('\n');
+        }
     }
     s.push_str("</section>\n");
     s

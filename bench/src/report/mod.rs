@@ -2,6 +2,7 @@
 
 pub mod html;
 pub mod rounds;
+pub mod soak;
 pub mod svg;
 mod table;
 
@@ -272,6 +273,9 @@ pub struct Report {
     /// Medians over repeated rounds (capacity scenarios with `--rounds`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<rounds::RoundSummary>,
+    /// The soak's samples and verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<soak::SoakSummary>,
 }
 
 /// Writes report.json, report.md, latency.svg, timeline.svg, summary.md and index.html into
@@ -282,9 +286,15 @@ pub fn write_all(dir: &Path, r: &Report) -> std::io::Result<()> {
     std::fs::write(dir.join("report.json"), json)?;
     std::fs::write(dir.join("report.md"), markdown(r))?;
     let ran: Vec<&PeerResult> = r.peers.iter().filter(|p| p.skipped.is_none()).collect();
+    if let Some(s) = &r.soak {
+        std::fs::write(dir.join("soak.svg"), soak::svg(s))?;
+    }
     if !ran.is_empty() {
         std::fs::write(dir.join("latency.svg"), svg::latency(r, &ran))?;
-        std::fs::write(dir.join("timeline.svg"), svg::timeline(r, &ran))?;
+        // The soak's timeline is per interval, in soak.svg.
+        if r.soak.is_none() {
+            std::fs::write(dir.join("timeline.svg"), svg::timeline(r, &ran))?;
+        }
     }
     let one = [(String::new(), r)];
     std::fs::write(dir.join("summary.md"), html::summary(&one))?;
@@ -404,6 +414,9 @@ fn markdown(r: &Report) -> String {
         s.push_str("\n## Notes\n\n");
         s.extend(idle_notes);
     }
+    if let Some(soak) = &r.soak {
+        s.push_str(&soak::markdown(soak));
+    }
     s.push_str("\n## Settings\n\n");
     for (k, v) in r.settings.iter().chain(r.machine.iter()) {
         s.push_str(&format!("- {k}: {v}\n"));
@@ -417,7 +430,9 @@ fn markdown(r: &Report) -> String {
             s.push_str(&format!("- note: {n}\n"));
         }
     }
-    if !r.peers.is_empty() {
+    if !r.peers.is_empty() && r.soak.is_some() {
+        s.push_str("\n## Plots\n\n![latency by percentile](latency.svg)\n");
+    } else if !r.peers.is_empty() {
         s.push_str("\n## Plots\n\n![latency by percentile](latency.svg)\n\n![errors and p99 per second](timeline.svg)\n");
     }
     s

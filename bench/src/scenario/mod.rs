@@ -7,6 +7,7 @@ pub mod churn;
 pub mod idle;
 pub mod scale;
 pub mod seed;
+pub mod soak;
 pub mod upgrade;
 pub mod validate;
 
@@ -48,6 +49,8 @@ pub enum Scenario {
     Idle,
     /// Each peer's process replaced twice under load.
     Upgrade,
+    /// An hour of mixed traffic, churn, changes and attacks through sluice.
+    Soak,
 }
 
 impl Scenario {
@@ -64,6 +67,7 @@ impl Scenario {
             Scenario::Abuse => "abuse",
             Scenario::Idle => "idle",
             Scenario::Upgrade => "upgrade",
+            Scenario::Soak => "soak",
         }
     }
 
@@ -77,6 +81,7 @@ impl Scenario {
                 PeerKind::Traefik,
             ],
             Scenario::Validate => vec![PeerKind::Direct, PeerKind::Sluice],
+            Scenario::Soak => vec![PeerKind::Sluice],
             // One of each server, as in abuse.
             Scenario::Idle => vec![
                 PeerKind::Sluice,
@@ -111,6 +116,7 @@ impl Scenario {
             Scenario::Abuse => abuse::run(common).await,
             Scenario::Idle => idle::run(common).await,
             Scenario::Upgrade => upgrade::run(common).await,
+            Scenario::Soak => soak::run(common).await,
         }
     }
 }
@@ -261,6 +267,7 @@ pub async fn run_one(kind: PeerKind, env: &PeerEnv, setup: &RunSetup) -> PeerRes
     let hooks = Hooks {
         started: Some(tx),
         live: Arc::clone(&live),
+        bucket: None,
     };
     // The variant as the table will show it (direct has no TLS, so it runs http whatever the
     // scenario's protocol), so the progress line and the table agree.
@@ -506,6 +513,7 @@ impl Common {
             scale: Vec::new(),
             extra: Vec::new(),
             rounds: Vec::new(),
+            soak: None,
             idle: Vec::new(),
         }
     }

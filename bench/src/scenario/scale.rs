@@ -491,6 +491,7 @@ pub async fn run(c: &Common) -> Report {
         scale: rows,
         extra: Vec::new(),
         rounds: Vec::new(),
+        soak: None,
         idle: Vec::new(),
     }
 }

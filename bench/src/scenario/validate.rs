@@ -93,6 +93,7 @@ pub async fn run(c: &Common) -> Report {
         scale: Vec::new(),
         extra: rows,
         rounds: Vec::new(),
+        soak: None,
         idle: Vec::new(),
     }
 }

@@ -132,6 +132,10 @@ pub fn respond<B>(
         ),
         "/metrics" => {
             dp.refresh_endpoint_gauges();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let tasks = i64::try_from(rt.metrics().num_alive_tasks()).unwrap_or(i64::MAX);
+                dp.metrics.runtime_tasks.set(tasks);
+            }
             text(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -135,6 +135,9 @@ pub struct Metrics {
     pub propagation_delay: AtomicHistogram,
     /// Client connections open now.
     pub connections_active: Gauge,
+    /// Tasks alive on the runtime (refreshed on scrape): a count that only grows under
+    /// steady traffic is a leak the soak looks for.
+    pub runtime_tasks: Gauge,
     /// Client connections accepted.
     pub connections: Counter,
     /// TLS handshakes by protocol version and result.
@@ -175,6 +178,7 @@ impl Metrics {
             config_problems: Gauge::default(),
             propagation_delay: AtomicHistogram::new(FAST_BUCKETS),
             connections_active: Gauge::default(),
+            runtime_tasks: Gauge::default(),
             connections: Counter::default(),
             tls_handshakes: Family::default(),
             tls_handshake_duration: AtomicHistogram::new(FAST_BUCKETS),
@@ -239,6 +243,11 @@ impl Metrics {
             "connections_active",
             "Client connections currently open",
             m.connections_active.clone(),
+        );
+        registry.register(
+            "runtime_tasks",
+            "Tasks alive on sluice's runtime (connections, requests in flight, background loops)",
+            m.runtime_tasks.clone(),
         );
         registry.register(
             "connections",
