@@ -5,6 +5,7 @@ pub mod rounds;
 pub mod soak;
 pub mod svg;
 mod table;
+pub mod worst;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -416,6 +417,9 @@ fn markdown(r: &Report) -> String {
     }
     if let Some(soak) = &r.soak {
         s.push_str(&soak::markdown(soak));
+    }
+    if r.scenario == "abuse" {
+        s.push_str(&worst::markdown(r));
     }
     s.push_str("\n## Settings\n\n");
     for (k, v) in r.settings.iter().chain(r.machine.iter()) {

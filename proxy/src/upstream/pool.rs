@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -100,6 +100,10 @@ pub struct HostPool {
     idle: SegQueue<IdleH1>,
     /// Length of `idle`, kept separately to enforce `max_idle_per_host` without a lock.
     idle_len: AtomicUsize,
+    /// The fewest idle connections seen since `trim_mark` (checkouts lower it).
+    low_water: AtomicUsize,
+    /// When the current trim window began ([`crate::clock::now_nanos`]).
+    trim_mark: AtomicU64,
     h2: ArcSwapOption<http2::SendRequest<ReqBody>>,
 }
 
@@ -147,7 +151,16 @@ pub struct Checkout {
 }
 
 impl HostPool {
+    /// The oldest idle connection, for a checkout.
     fn pop_idle(&self) -> Option<IdleH1> {
+        let idle = self.pop_oldest()?;
+        let left = self.idle_len.load(Ordering::Acquire);
+        self.low_water.fetch_min(left, Ordering::Relaxed);
+        Some(idle)
+    }
+
+    /// The oldest idle connection, for the sweep (which does not count as a use).
+    fn pop_oldest(&self) -> Option<IdleH1> {
         let idle = self.idle.pop()?;
         self.idle_len.fetch_sub(1, Ordering::AcqRel);
         Some(idle)
@@ -158,6 +171,8 @@ impl HostPool {
             key,
             idle: SegQueue::new(),
             idle_len: AtomicUsize::new(0),
+            low_water: AtomicUsize::new(0),
+            trim_mark: AtomicU64::new(crate::clock::now_nanos()),
             h2: ArcSwapOption::empty(),
             settings,
         }
@@ -181,7 +196,7 @@ impl HostPool {
     pub fn sweep_idle(&self) -> usize {
         let mut closed = 0;
         for _ in 0..self.idle_count() {
-            let Some(mut idle) = self.pop_idle() else {
+            let Some(mut idle) = self.pop_oldest() else {
                 break;
             };
             if idle.since.elapsed() > self.settings.idle_timeout() || !idle.conn.is_usable() {
@@ -192,6 +207,38 @@ impl HostPool {
             self.idle_len.fetch_add(1, Ordering::AcqRel);
             self.idle.push(idle);
         }
+        closed + self.trim_surplus()
+    }
+
+    /// Closes the idle connections that were surplus for a whole idle timeout: as many as the
+    /// idle count never went below since the window began.
+    ///
+    /// Checkouts take the oldest idle connection, so under steady traffic every pooled
+    /// connection is used in turn and none ever reaches the idle timeout: after a burst (or an
+    /// attack that held many requests open) the pool would keep its high-water mark for as
+    /// long as traffic flows — the soak saw 36 upstream connections grow to 125 in an hour at
+    /// an even 1,100 req/s. Counting instead of ageing gives what handing out the newest
+    /// connection first would (the surplus ages out) without a lock on checkout: if the idle
+    /// count never fell below `n` for a whole idle timeout, `n` connections were never needed.
+    fn trim_surplus(&self) -> usize {
+        let now = crate::clock::now_nanos();
+        let window = u64::try_from(self.settings.idle_timeout().as_nanos()).unwrap_or(u64::MAX);
+        if now.saturating_sub(self.trim_mark.load(Ordering::Relaxed)) < window {
+            return 0;
+        }
+        let surplus = self
+            .low_water
+            .load(Ordering::Relaxed)
+            .min(self.idle_count());
+        let mut closed = 0;
+        for _ in 0..surplus {
+            if self.pop_oldest().is_none() {
+                break;
+            }
+            closed += 1;
+        }
+        self.trim_mark.store(now, Ordering::Relaxed);
+        self.low_water.store(self.idle_count(), Ordering::Relaxed);
         closed
     }
 

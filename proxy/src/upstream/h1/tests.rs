@@ -562,3 +562,43 @@ async fn a_full_duplex_answer_streams_while_the_upload_goes_on() {
         "both directions completed: the connection is reused"
     );
 }
+
+#[tokio::test]
+async fn connections_a_burst_left_are_closed_once_unneeded_for_an_idle_timeout_under_steady_use() {
+    let (live, conns, _reqs) = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let settings = UpstreamSettings {
+        idle_timeout: Duration::from_millis(600),
+        ..UpstreamSettings::default()
+    };
+    let ep = endpoint_with(live, settings);
+    let now = std::time::Instant::now;
+    // A burst: three requests at once, three connections, all back in the pool.
+    let burst = [
+        ep.pool.checkout_h1(true, now()).await.unwrap(),
+        ep.pool.checkout_h1(true, now()).await.unwrap(),
+        ep.pool.checkout_h1(true, now()).await.unwrap(),
+    ];
+    for co in burst {
+        co.conn.release();
+    }
+    assert_eq!(ep.pool.idle_count(), 3);
+    // Then steady traffic, one request at a time: each checkout takes the oldest, so every
+    // connection is used in turn (every 60 ms or so) and none gets old; a sweep every 20 ms.
+    // The first window (600 ms) starts the count; the second closes the surplus.
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(2000) {
+        let co = ep.pool.checkout_h1(false, now()).await.unwrap();
+        assert!(co.reused);
+        co.conn.release();
+        ep.pool.sweep_idle();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        ep.pool.idle_count(),
+        1,
+        "the two connections one request at a time never needed were closed"
+    );
+    let (status, _, body, _) = get(&ep, Method::GET).await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+    assert_eq!(conns.load(Ordering::SeqCst), 3, "the one kept still serves");
+}
