@@ -249,7 +249,11 @@ fn own_tcp(pid: u32) -> Vec<(u16, String)> {
 /// process's socket descriptors and `/proc/net/tcp{,6}`, so nothing else on the machine is
 /// counted.
 pub fn connections(pid: u32) -> (usize, usize) {
-    let own = own_tcp(pid);
+    by_direction(&own_tcp(pid))
+}
+
+/// `(inbound, outbound)` of a process's `(local port, state)` sockets (see [`connections`]).
+fn by_direction(own: &[(u16, String)]) -> (usize, usize) {
     // 0A: LISTEN; 01: ESTABLISHED.
     let listening: std::collections::HashSet<u16> = own
         .iter()
@@ -299,13 +303,31 @@ mod tests {
     fn connections_are_this_process_s_own_by_direction() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let me = std::process::id();
-        let (inbound, outbound) = connections(me);
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (_accepted, _) = l.accept().unwrap();
-        // The connected socket is outbound; the accepted one has the listener's port.
-        assert_eq!(connections(me), (inbound + 1, outbound + 1));
-        assert_ne!(port, 0);
+        let mine = c.local_addr().unwrap().port();
+        // Other tests of this process open sockets too: look for these by port.
+        let own = own_tcp(std::process::id());
+        let state = |p: u16| -> Vec<&str> {
+            own.iter()
+                .filter(|(q, _)| *q == p)
+                .map(|(_, s)| s.as_str())
+                .collect()
+        };
+        let mut on_listener = state(port);
+        on_listener.sort_unstable();
+        assert_eq!(
+            on_listener,
+            ["01", "0A"],
+            "the listener and the accepted side"
+        );
+        assert_eq!(state(mine), ["01"], "the connected side");
+        let ours: Vec<(u16, String)> = own
+            .into_iter()
+            .filter(|(p, _)| *p == port || *p == mine)
+            .collect();
+        // The accepted side has the listener's port: inbound; the connected side: outbound.
+        assert_eq!(by_direction(&ours), (1, 1));
         drop(c);
     }
 }
