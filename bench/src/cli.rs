@@ -170,6 +170,11 @@ pub(crate) struct ScenarioArgs {
     /// with its Service and EndpointSlice) the API server holds (the first count; default 1).
     #[arg(long, value_delimiter = ',')]
     pub(crate) ingresses: Vec<usize>,
+    /// Scale: what sluice's routes are made of, comma-separated: `ingress` (default),
+    /// `httproute` (one Gateway with an HTTP listener and an HTTPRoute per host; sluice only),
+    /// or both (`ingress,httproute`: each size measured both ways, side by side).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub(crate) objects: Vec<sluice_bench::scenario::scale::Objects>,
     /// Where sluice's configuration comes from: `files` (`sluice serve` on manifest files) or
     /// `api` (`sluice controller` against a real kube-apiserver, changes written as
     /// EndpointSlices through the API; root only: the run moves into a network namespace of its

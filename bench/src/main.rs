@@ -243,6 +243,7 @@ async fn run_scenario(
         stop: a.stop,
         proxy_cores: cores,
         ingresses: (!a.ingresses.is_empty()).then(|| a.ingresses.clone()),
+        objects: a.objects.clone(),
         rounds: a.rounds as usize,
         wrk_threads: (a.generator == GeneratorArg::Wrk).then_some(load_threads),
         attacks: if a.attacks.is_empty() {

@@ -12,6 +12,7 @@
 pub mod annotations;
 pub mod cidr;
 pub mod configmap;
+pub mod convert;
 pub mod gateway;
 pub mod gateway_api;
 pub mod gateway_model;

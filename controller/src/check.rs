@@ -51,6 +51,30 @@ pub struct CheckArgs {
     /// what sluice does with each (Markdown, as in docs/migration.md) and exit.
     #[arg(long)]
     pub annotations_table: bool,
+    /// Print Gateway API manifests (Gateway, HTTPRoutes, ReferenceGrants) equivalent to the
+    /// Ingresses on stdout, and on stderr what was approximated or has no equivalent. Exit 0
+    /// when everything converted exactly, 1 otherwise, 2 when the input cannot be read.
+    #[arg(long)]
+    pub to_gateway: bool,
+    /// --to-gateway: the Gateway's name.
+    #[arg(long, default_value = "sluice", requires = "to_gateway")]
+    pub gateway_name: String,
+    /// --to-gateway: the Gateway's namespace.
+    #[arg(long, default_value = "sluice-system", requires = "to_gateway")]
+    pub gateway_namespace: String,
+    /// --to-gateway: the Gateway's GatewayClass.
+    #[arg(long, default_value = "sluice", requires = "to_gateway")]
+    pub gateway_class: String,
+    /// --to-gateway: the port of the Gateway's `http` listener.
+    #[arg(long, default_value_t = 80, requires = "to_gateway")]
+    pub http_port: u16,
+    /// --to-gateway: the port of its HTTPS listeners.
+    #[arg(long, default_value_t = 443, requires = "to_gateway")]
+    pub https_port: u16,
+    /// --to-gateway: the controller ConfigMap (NAMESPACE/NAME) whose `ssl-redirect` and
+    /// `hsts*` keys the routes follow (read from the files, or from the cluster).
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "to_gateway")]
+    pub configmap: Option<String>,
 }
 
 /// One Ingress's report.
@@ -213,7 +237,8 @@ pub async fn ingresses_from_cluster(
         .collect())
 }
 
-async fn client(args: &CheckArgs) -> anyhow::Result<kube::Client> {
+/// A client for the cluster the flags name.
+pub async fn client(args: &CheckArgs) -> anyhow::Result<kube::Client> {
     let config = match &args.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -232,6 +257,9 @@ async fn client(args: &CheckArgs) -> anyhow::Result<kube::Client> {
 /// Runs `sluice check`, writing to `out`; returns the exit code (0 clean, 1 blocking
 /// annotations in use, 2 input that cannot be read).
 pub async fn run(args: &CheckArgs, out: &mut impl Write) -> u8 {
+    if args.to_gateway {
+        return crate::to_gateway::run(args, out, &mut std::io::stderr().lock()).await;
+    }
     if args.annotations_table {
         let tables = format!(
             "{}\n{}",

@@ -12,3 +12,4 @@ pub mod handover;
 pub mod kube;
 pub mod logging;
 pub mod serve;
+pub mod to_gateway;

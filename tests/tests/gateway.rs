@@ -288,3 +288,64 @@ fn claimed_features_are_the_conformance_runs() {
         "supportedFeatures must be sorted"
     );
 }
+
+/// The README's feature table shows every feature of the published report with the report's
+/// verdict: claimed ones "passed" (the profile's extended result must then be success), the
+/// others "not claimed".
+#[test]
+fn the_readme_table_shows_the_reports_verdict_for_every_feature() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let report =
+        std::fs::read_to_string(root.join("docs/conformance/GATEWAY-HTTP-v1.6.3.yaml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("## The Gateway API")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    let verdict = |feature: &str| -> Option<String> {
+        let quoted = format!("`{feature}`");
+        section
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .find(|l| {
+                l.split('|')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|f| f.trim() == quoted))
+            })
+            .and_then(|l| l.trim_end_matches('|').rsplit('|').next())
+            .map(|c| c.trim().to_string())
+    };
+    assert!(
+        report.contains("  extended:\n    result: success\n"),
+        "the report's extended result is success"
+    );
+    let (mut supported, mut unsupported, mut list) = (Vec::new(), Vec::new(), None);
+    for line in report.lines() {
+        let t = line.trim();
+        match t {
+            "supportedFeatures:" => list = Some(true),
+            "unsupportedFeatures:" => list = Some(false),
+            _ if t.starts_with("- ") && list.is_some() => {
+                let f = t.trim_start_matches("- ").to_string();
+                if list == Some(true) {
+                    supported.push(f);
+                } else {
+                    unsupported.push(f);
+                }
+            }
+            _ => list = None,
+        }
+    }
+    assert!(supported.len() >= 25, "{supported:?}");
+    for f in &supported {
+        assert_eq!(verdict(f).as_deref(), Some("passed"), "README row for {f}");
+    }
+    for f in &unsupported {
+        assert_eq!(
+            verdict(f).as_deref(),
+            Some("not claimed"),
+            "README row for {f}"
+        );
+    }
+}

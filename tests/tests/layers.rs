@@ -29,11 +29,14 @@ const PROXY: &[&str] = &[
     "crypto",
 ];
 
-/// The config crate's top-level modules from the top down: translation over the annotation
+/// The config crate's top-level modules from the top down: the Ingress → Gateway API
+/// converter (it reads annotations the way translation does) over translation, over the
+/// annotation
 /// readers and the ConfigMap, over the snapshot and its matcher, over the model (routes and
 /// settings, then the route edits as data), over the pure leaves (hosts, paths, PEM, htpasswd,
 /// the names of objects and pools, CIDRs) and the world of objects.
 const CONFIG: &[&str] = &[
+    "convert",
     "translate",
     "gateway",
     "configmap",
@@ -58,6 +61,7 @@ const CONFIG: &[&str] = &[
 /// The config crate's modules the proxy may not read: everything above the snapshot, and the
 /// world of Kubernetes objects. It reads the model and the pure leaves.
 const CONFIG_NOT_FOR_PROXY: &[&str] = &[
+    "convert",
     "translate",
     "gateway",
     "configmap",

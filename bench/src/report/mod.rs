@@ -148,8 +148,11 @@ impl PeerResult {
 pub struct ScaleRow {
     /// Peer.
     pub name: String,
-    /// Ingresses (each with its own Service and EndpointSlice, or server block + upstream).
+    /// Ingresses or HTTPRoutes (each with its own Service and EndpointSlice, or server block +
+    /// upstream).
     pub ingresses: usize,
+    /// What the routes are: `Ingress` or `HTTPRoute`.
+    pub objects: String,
     /// `null`, or why it did not run.
     pub skipped: Option<String>,
     /// Process start → first 200 on the last host (s).
@@ -163,6 +166,13 @@ pub struct ScaleRow {
     pub change_max_ms: f64,
     /// Changes measured.
     pub changes: usize,
+    /// One route change (sluice: the object of host 0 pointed at another Service) → first
+    /// response from the new backend: median (ms; 0 where not measured).
+    pub route_change_median_ms: f64,
+    /// Same, largest (ms).
+    pub route_change_max_ms: f64,
+    /// Route changes measured (0: the peer has none apart from endpoint changes).
+    pub route_changes: usize,
     /// Peak resident memory of the process tree (bytes).
     pub peak_rss_bytes: u64,
     /// Size of the configuration written (bytes).
@@ -177,12 +187,16 @@ impl ScaleRow {
         Self {
             name: name.into(),
             ingresses,
+            objects: "Ingress".into(),
             skipped,
             ready_s: 0.0,
             cpu_seconds_to_ready: 0.0,
             change_median_ms: 0.0,
             change_max_ms: 0.0,
             changes: 0,
+            route_change_median_ms: 0.0,
+            route_change_max_ms: 0.0,
+            route_changes: 0,
             peak_rss_bytes: 0,
             config_bytes: 0,
             notes: Vec::new(),

@@ -67,10 +67,12 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
     if !r.scale.is_empty() {
         let head = vec![
             "peer",
-            "ingresses",
+            "objects",
             "ready s",
             "cpu s to ready",
-            "change→first req ms (median)",
+            "endpoint change→first req ms (median)",
+            "max ms",
+            "route change ms (median)",
             "max ms",
             "peak RSS MB",
             "config MB",
@@ -81,16 +83,26 @@ pub(crate) fn rows(r: &Report, wide: bool) -> (Vec<&'static str>, Vec<Vec<String
             .map(|s| match &s.skipped {
                 Some(w) => vec![
                     s.name.clone(),
-                    s.ingresses.to_string(),
+                    format!("{} {}", s.ingresses, s.objects),
                     format!("skipped: {w}"),
                 ],
                 None => vec![
                     s.name.clone(),
-                    s.ingresses.to_string(),
+                    format!("{} {}", s.ingresses, s.objects),
                     f(s.ready_s),
                     f(s.cpu_seconds_to_ready),
                     f(s.change_median_ms),
                     f(s.change_max_ms),
+                    if s.route_changes > 0 {
+                        f(s.route_change_median_ms)
+                    } else {
+                        "-".into()
+                    },
+                    if s.route_changes > 0 {
+                        f(s.route_change_max_ms)
+                    } else {
+                        "-".into()
+                    },
                     mb(s.peak_rss_bytes),
                     f(s.config_bytes as f64 / 1_048_576.0),
                 ],

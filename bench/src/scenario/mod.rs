@@ -471,6 +471,8 @@ pub struct Common {
     pub proxy_cores: usize,
     /// Ingress counts for the scale scenario.
     pub ingresses: Option<Vec<usize>>,
+    /// Scale: what sluice's routes are made of (empty: Ingresses).
+    pub objects: Vec<scale::Objects>,
     /// Capacity scenarios: how many times every peer runs (order alternating per round).
     pub rounds: usize,
     /// Capacity scenarios: wrk with this many threads as the load generator instead of ours.
