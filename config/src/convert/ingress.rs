@@ -180,11 +180,24 @@ pub(super) fn read_options(
     let timeout = read(traffic::read_timeout(a), &mut handled, "proxy-read-timeout")
         .map(|d| format!("{}s", d.as_secs()));
     if let Some(t) = &timeout {
-        let how = Outcome::Approximated(format!(
-            "timeouts.backendRequest {t}: it bounds the whole backend exchange, where proxy-read-timeout bounds each wait for the backend (a slow stream that keeps sending is cut)"
-        ));
-        handled.insert("proxy-read-timeout", how.clone());
-        handled.insert("proxy-send-timeout", how);
+        handled.insert(
+            "proxy-read-timeout",
+            Outcome::Converted(format!(
+                "timeouts.backendRequest {t}: in sluice both bound the wait for the response head (504 after it); other Gateway API implementations may bound the whole exchange"
+            )),
+        );
+    }
+    for n in ["proxy-send-timeout", "proxy-connect-timeout"] {
+        if a.contains_key(&format!("nginx.ingress.kubernetes.io/{n}"))
+            || a.contains_key(&format!("sluice.dev/{n}"))
+        {
+            handled.insert(
+                n,
+                Outcome::Converted(
+                    "nothing to write: sluice applies its own global deadline here, to Ingresses and HTTPRoutes alike (the Gateway API has no such field)".into(),
+                ),
+            );
+        }
     }
     let ssl_redirect = read(annotations::ssl_redirect(a), &mut handled, "ssl-redirect");
     if ssl_redirect.is_some() {

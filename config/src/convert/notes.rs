@@ -171,9 +171,6 @@ fn no_equivalent(name: &str) -> String {
         "load-balance" | "upstream-hash-by" | "upstream-max-connections" => {
             "the balancing policy is not part of the Gateway API: sluice's default (least request) applies"
         }
-        "proxy-connect-timeout" => {
-            "the Gateway API has request and backendRequest timeouts only: sluice's connect timeout applies"
-        }
         n if n.starts_with("proxy-next-upstream") => {
             "HTTPRoute retries are experimental and sluice does not serve them yet: sluice's own retry of idempotent requests applies"
         }

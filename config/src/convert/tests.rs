@@ -195,7 +195,7 @@ fn the_report_says_what_has_no_equivalent_and_why() {
     );
     assert!(matches!(
         note(&c, web, "nginx.ingress.kubernetes.io/proxy-read-timeout"),
-        Outcome::Approximated(_)
+        Outcome::Converted(_)
     ));
     assert!(matches!(
         note(&c, "Ingress app/web-canary", "nginx.ingress.kubernetes.io/canary-weight"),

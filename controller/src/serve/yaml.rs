@@ -91,8 +91,13 @@ fn typed<T: DeserializeOwned + Serialize>(v: Value) -> Result<(T, Vec<String>), 
             e.into_inner().to_string(),
         )
     })?;
+    // `apiVersion` and `kind` were read to choose the type; the Gateway API types (unlike
+    // k8s-openapi's) do not write them back, which does not make them unknown.
     let unknown = match serde_json::to_value(&t) {
-        Ok(round_trip) => unknown_fields(&v, &round_trip),
+        Ok(round_trip) => unknown_fields(&v, &round_trip)
+            .into_iter()
+            .filter(|f| f != "apiVersion" && f != "kind")
+            .collect(),
         Err(_) => Vec::new(),
     };
     Ok((t, unknown))

@@ -56,6 +56,20 @@ fn unknown_fields_are_warnings_with_their_paths() {
 }
 
 #[test]
+fn gateway_api_documents_warn_of_their_typos_only() {
+    let text = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec: {gatewayClassName: c, listeners: [{name: http, port: 80, protocol: HTTP}]}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {parentRefs: [{name: g}], rulez: []}\n---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: rg}\nspec: {from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: a}], to: [{group: '', kind: Service}]}\n";
+    let parsed = parse(Path::new("g.yaml"), text).unwrap();
+    assert_eq!(parsed.objects.len(), 3);
+    let got: Vec<String> = parsed.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got.len(),
+        1,
+        "apiVersion and kind are not unknown: {got:#?}"
+    );
+    assert!(got[0].contains("spec.rulez"), "{got:#?}");
+}
+
+#[test]
 fn a_set_remembers_what_is_wrong_until_the_file_is_fixed() {
     let dir = tempfile::tempdir().unwrap();
     let (good, bad) = (dir.path().join("good.yaml"), dir.path().join("bad.yaml"));
