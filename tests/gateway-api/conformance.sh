@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # stop, rig_pids and cleanup run from the EXIT trap
-# Runs the official Gateway API conformance suite (GATEWAY-HTTP profile) against sluice on this
+# Runs the official Gateway API conformance suite (GATEWAY-HTTP and GATEWAY-GRPC profiles;
+# GATEWAY_API_PROFILES to choose) against sluice on this
 # machine, without a cluster, Docker or images. See README.md. Needs root.
 #
 #   conformance.sh --report FILE [--run-test NAME] [--sluice PATH]
@@ -22,6 +23,7 @@ GATEWAY_POOL=198.18.0.16/28
 USABLE_ADDRESS=198.18.0.30
 GATEWAY_CLASS=sluice
 CONTROLLER_NAME=sluice.dev/gateway-controller
+PROFILES="${GATEWAY_API_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC}"
 
 usage() {
   cat <<EOF
@@ -303,7 +305,7 @@ suite_args=(
   -test.run '^TestConformance$' -test.v -test.timeout 90m
   --kubeconfig "$kubeconfig"
   --gateway-class "$GATEWAY_CLASS"
-  --conformance-profiles GATEWAY-HTTP
+  --conformance-profiles "$PROFILES"
   --supported-features "$features"
   --cleanup-base-resources=false
   --report-output "$report"
@@ -335,7 +337,7 @@ if [ -s "$report" ]; then
   awk '
     /^profiles:/ { on = 1 }
     !on { next }
-    skip && $0 ~ "^" ind "  *- " { n++; next }
+    skip && $0 ~ "^" ind " *- " { n++; next }
     skip { printf "%s%s: %d\n", ind, key, n; skip = 0 }
     /^ *(un)?supportedFeatures:/ { match($0, /^ */); ind = substr($0, 1, RLENGTH); key = $1; sub(/:$/, "", key); n = 0; skip = 1; next }
     { print }

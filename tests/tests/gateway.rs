@@ -295,8 +295,7 @@ fn claimed_features_are_the_conformance_runs() {
 #[test]
 fn the_readme_table_shows_the_reports_verdict_for_every_feature() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let report =
-        std::fs::read_to_string(root.join("docs/conformance/GATEWAY-HTTP-v1.6.3.yaml")).unwrap();
+    let report = std::fs::read_to_string(root.join("docs/conformance/sluice-v1.6.3.yaml")).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let section = readme
         .split("## The Gateway API")
@@ -348,4 +347,96 @@ fn the_readme_table_shows_the_reports_verdict_for_every_feature() {
             "README row for {f}"
         );
     }
+}
+
+/// A Service whose port speaks h2c (`appProtocol: kubernetes.io/h2c`), with `pod` behind it.
+fn h2c_service(name: &str, pod: &Echo) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports:\n  - name: grpc\n    port: 80\n    appProtocol: kubernetes.io/h2c\n---\n{}",
+        endpoint_slices(name, &[pod.addr]).replace("name: http", "name: grpc")
+    )
+}
+
+const GRPC_ROUTE: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata:
+  name: rpc
+  namespace: default
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: ["rpc.gw.test"]
+  rules:
+  - name: one
+    matches: [{method: {service: pkg.Echo, method: One}}]
+    backendRefs: [{name: ga, port: 80}]
+  - matches: [{method: {service: pkg.Echo}, headers: [{name: x-pick, value: b}]}]
+    backendRefs: [{name: gb, port: 80}]
+  - matches: [{method: {type: RegularExpression, service: "pkg\\.E.*", method: "T.*"}}]
+    backendRefs: [{name: gb, port: 80}]
+"#;
+
+/// GRPCRoutes from files: calls routed by service, method and header over h2c, to pods
+/// spoken to in HTTP/2; a call no rule matches is not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_routes_from_files_route_calls_by_service_method_and_header() {
+    use http_body_util::{BodyExt, Empty};
+    let (a, b): (Echo, Echo) = (echo::start("a", 200).await, echo::start("b", 200).await);
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &[h2c_service("ga", &a), h2c_service("gb", &b)].join("---\n"),
+    );
+    let port = free_port().await;
+    let gw: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    m.write("gw.yaml", &format!("{CLASS}---\n{}", gateway(port)));
+    m.write("grpc.yaml", GRPC_ROUTE);
+    let s = serve(m.dir.path(), &[]).await;
+    assert!(
+        eventually(Duration::from_secs(10), || answers(gw)).await,
+        "the Gateway's socket opens"
+    );
+    let mut send = echo::h2c(gw).await;
+    for (path, pick, want) in [
+        ("/pkg.Echo/One", None, Some("a")),
+        ("/pkg.Echo/One", Some("b"), Some("a")),
+        ("/pkg.Echo/Other", Some("b"), Some("b")),
+        ("/pkg.Echo/Three", None, Some("b")),
+        ("/pkg.Echo/Other", None, None),
+        ("/other.Svc/One", None, None),
+    ] {
+        let mut req = http::Request::post(format!("http://rpc.gw.test{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(p) = pick {
+            req = req.header("x-pick", p);
+        }
+        let resp = send
+            .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        match want {
+            Some(name) => {
+                assert_eq!(
+                    (status, field(&body, "name")),
+                    (200, Some(name)),
+                    "{path} {pick:?}: {body}"
+                );
+                // An HTTP/2 pod sees the whole URI (`:scheme`, `:authority`, `:path`).
+                assert_eq!(
+                    field(&body, "target"),
+                    Some(format!("http://rpc.gw.test{path}").as_str())
+                );
+            }
+            None => assert_eq!(status, 404, "{path} {pick:?}: {body}"),
+        }
+    }
+    let status = status_text(&s).await;
+    assert!(
+        !status.contains("GRPCRoute"),
+        "no problem reported: {status}"
+    );
+    s.shutdown(Duration::from_secs(2)).await;
 }

@@ -13,6 +13,8 @@ use crate::gateway_model::hostname::Hostname;
 use crate::model::ObjectRef;
 use crate::world::{Key, World};
 
+/// The route kinds an HTTP or HTTPS listener takes.
+pub(super) const ROUTE_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 /// A listener's protocol, when sluice serves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Proto {
@@ -274,17 +276,19 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
         );
         return plan;
     }
-    // Route kinds.
+    // Route kinds: HTTPRoute and GRPCRoute (both served by the HTTP(S) listener's rules).
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_deref()) {
-        None | Some([]) => plan
-            .kinds
-            .push((GROUP.to_string(), "HTTPRoute".to_string())),
+        None | Some([]) => {
+            for kind in ROUTE_KINDS {
+                plan.kinds.push((GROUP.to_string(), kind.to_string()));
+            }
+        }
         Some(kinds) => {
             let mut bad = Vec::new();
             for k in kinds {
                 let group = k.group.as_deref().unwrap_or(GROUP);
-                if group == GROUP && k.kind == "HTTPRoute" {
-                    let entry = (GROUP.to_string(), "HTTPRoute".to_string());
+                if group == GROUP && ROUTE_KINDS.contains(&k.kind.as_str()) {
+                    let entry = (GROUP.to_string(), k.kind.clone());
                     if !plan.kinds.contains(&entry) {
                         plan.kinds.push(entry);
                     }
@@ -298,7 +302,7 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
                     false,
                     "InvalidRouteKinds",
                     format!(
-                        "route kinds {} are not supported (HTTPRoute is)",
+                        "route kinds {} are not supported (HTTPRoute and GRPCRoute are)",
                         bad.join(", ")
                     ),
                 );

@@ -1,8 +1,9 @@
-//! The Gateway API (`gateway.networking.k8s.io`): GatewayClass, Gateway, HTTPRoute and
-//! ReferenceGrant, translated into the same [`crate::Snapshot`] as Ingresses (see
+//! The Gateway API (`gateway.networking.k8s.io`): GatewayClass, Gateway, HTTPRoute, GRPCRoute
+//! and ReferenceGrant, translated into the same [`crate::Snapshot`] as Ingresses (see
 //! ARCHITECTURE.md §8). Translation is pure: the sockets and rules the data plane serves, the
 //! pools they use, and the status every object is owed, from the world alone.
 
+mod grpc;
 mod listeners;
 mod refs;
 mod routes;
@@ -12,6 +13,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::gateway_api::HTTPRoute;
 use crate::gateway_model::{GatewayListener, GatewaySocket, HostRules, hostname};
 use crate::model::{Certificates, ClusterKey, ClusterSpec, ObjectRef, Settings};
 use crate::world::World;
@@ -26,6 +28,8 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 /// and the data plane do and the conformance run passes. `tests/gateway-api/features.txt`
 /// hands the same list to the suite (`tests/tests/gateway.rs` keeps the two equal).
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
@@ -97,6 +101,8 @@ pub struct GatewayOutput {
     pub certificates: Certificates,
     /// Status of every object of ours.
     pub status: GatewayStatuses,
+    /// GRPCRoutes that could not be read as the HTTPRoutes they amount to, with why.
+    pub unreadable_grpc: Vec<(crate::world::Key, String)>,
 }
 
 /// Translates the Gateway API objects of the world.
@@ -105,29 +111,47 @@ pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> G
     let mut plans = listeners::plan(world, opts, &classes);
     let mut out = GatewayOutput::default();
     // Routes, oldest first (their order does not change the rules' precedence, which carries
-    // the age, but it keeps the output stable).
-    let mut routes: Vec<_> = world.http_routes.values().collect();
-    routes.sort_by_cached_key(|r| {
+    // the age, but it keeps the output stable); GRPCRoutes as the HTTPRoutes they amount to.
+    let mut routes: Vec<(&'static str, std::borrow::Cow<'_, HTTPRoute>)> = world
+        .http_routes
+        .values()
+        .map(|r| ("HTTPRoute", std::borrow::Cow::Borrowed(&**r)))
+        .collect();
+    for g in world.grpc_routes.values() {
+        match grpc::as_http(g) {
+            Ok(h) => routes.push(("GRPCRoute", std::borrow::Cow::Owned(h))),
+            Err(why) => {
+                out.unreadable_grpc
+                    .push((crate::world::key_of(&g.metadata), why));
+            }
+        }
+    }
+    routes.sort_by_cached_key(|(kind, r)| {
         (
             r.metadata.creation_timestamp.as_ref().map(|t| t.0),
             crate::world::key_of(&r.metadata),
+            *kind,
         )
     });
     // (gateway, listener) → hostname → ranked rules.
     let mut placed: BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<routes::Ranked>>> =
         BTreeMap::new();
-    for r in routes {
+    for (kind, r) in &routes {
         let Some(o) = routes::route(
             world,
             &mut plans,
             r,
             (&settings.balance, settings.max_in_flight),
+            kind,
         ) else {
             continue;
         };
-        out.status
-            .routes
-            .insert(crate::world::key_of(&r.metadata), o.status);
+        let statuses = if *kind == "GRPCRoute" {
+            &mut out.status.grpc_routes
+        } else {
+            &mut out.status.routes
+        };
+        statuses.insert(crate::world::key_of(&r.metadata), o.status);
         out.clusters.extend(o.clusters);
         for (gi, li, host) in o.placements {
             let bucket = placed.entry((gi, li)).or_default().entry(host).or_default();
@@ -341,8 +365,13 @@ pub fn status_problems(st: &GatewayStatuses) -> Vec<crate::model::Problem> {
             }
         }
     }
-    for ((ns, name), r) in &st.routes {
-        let o = ObjectRef::new("HTTPRoute", ns.clone(), name.clone());
+    let routes = st
+        .routes
+        .iter()
+        .map(|r| ("HTTPRoute", r))
+        .chain(st.grpc_routes.iter().map(|r| ("GRPCRoute", r)));
+    for (kind, ((ns, name), r)) in routes {
+        let o = ObjectRef::new(kind, ns.clone(), name.clone());
         for p in &r.parents {
             for c in p.conditions.iter().filter(|c| bad(c)) {
                 push(o.clone(), format!("spec.parentRefs[{}]", p.parent.name), c);

@@ -70,10 +70,10 @@ pub struct BackendRef<'a> {
     pub port: Option<i32>,
 }
 
-/// Resolves a backendRef of an HTTPRoute in `route_ns` to a Service port's pool.
+/// Resolves a backendRef of a route (its kind and namespace) to a Service port's pool.
 pub fn resolve_backend(
     world: &World,
-    route_ns: &str,
+    (route_kind, route_ns): (&'static str, &str),
     r: BackendRef<'_>,
     balance: &crate::model::BalancePolicy,
     max_in_flight: Option<u32>,
@@ -92,14 +92,14 @@ pub fn resolve_backend(
     let ns = r.namespace.unwrap_or(route_ns);
     let from = From {
         group: GROUP,
-        kind: "HTTPRoute",
+        kind: route_kind,
         namespace: route_ns,
     };
     if !granted(world, from, "", "Service", ns, r.name) {
         return Err(RefError {
             reason: "RefNotPermitted",
             message: format!(
-                "no ReferenceGrant in namespace {ns} lets HTTPRoutes of {route_ns} refer to Service {}",
+                "no ReferenceGrant in namespace {ns} lets {route_kind}s of {route_ns} refer to Service {}",
                 r.name
             ),
         });

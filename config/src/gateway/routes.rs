@@ -74,9 +74,10 @@ pub(super) fn route(
     plans: &mut [GatewayPlan<'_>],
     r: &HTTPRoute,
     pool: (&BalancePolicy, Option<u32>),
+    kind: &'static str,
 ) -> Option<RouteOutcome> {
     let key = crate::world::key_of(&r.metadata);
-    let src = ObjectRef::new("HTTPRoute", key.0.clone(), key.1.clone());
+    let src = ObjectRef::new(kind, key.0.clone(), key.1.clone());
     let age: RouteAge = (
         r.metadata.creation_timestamp.as_ref().map(|t| t.0),
         key.clone(),
@@ -113,7 +114,7 @@ pub(super) fn route(
             &mut plans[gi],
             gi,
             p,
-            &key.0,
+            (kind, &key.0),
             &hostnames,
             compiled.unsupported.as_ref(),
         ) {
@@ -156,7 +157,7 @@ fn attach(
     gw: &mut GatewayPlan<'_>,
     gi: usize,
     p: &HttpRouteParentRefs,
-    route_ns: &str,
+    (kind, route_ns): (&'static str, &str),
     hostnames: &[Hostname],
     unsupported: Option<&Cond>,
 ) -> Result<Vec<Placement>, Cond> {
@@ -182,7 +183,7 @@ fn attach(
         .filter(|&i| {
             let l = &gw.listeners[i];
             l.attachable
-                && l.kinds.iter().any(|(g, k)| g == GROUP && k == "HTTPRoute")
+                && l.kinds.iter().any(|(g, k)| g == GROUP && k == kind)
                 && namespace_allowed(world, l.spec, &gw_ns, route_ns)
         })
         .collect();
@@ -293,7 +294,7 @@ fn compile_rules(
     for (ri, rule) in rules.iter().enumerate() {
         let filters = match filters(rule.filters.as_deref().unwrap_or_default()) {
             Ok(mut f) => {
-                f.mirrors = mirrors(world, ns, rule, (balance, max), &mut out);
+                f.mirrors = mirrors(world, (src.kind, ns), rule, (balance, max), &mut out);
                 f
             }
             Err(msg) => {
@@ -322,7 +323,7 @@ fn compile_rules(
             };
             let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
             let r = backend_ref!(b);
-            let target = match resolve_backend(world, ns, r, balance, max) {
+            let target = match resolve_backend(world, (src.kind, ns), r, balance, max) {
                 Ok(spec) => {
                     let key: ClusterKey = spec.key.clone();
                     out.clusters.push(spec);
@@ -594,7 +595,7 @@ fn filters(list: &[HttpRouteRulesFilters]) -> Result<Filters, String> {
 /// cannot be used sets `ResolvedRefs` and mirrors nothing).
 fn mirrors(
     world: &World,
-    ns: &str,
+    (kind, ns): (&'static str, &str),
     rule: &HttpRouteRules,
     (balance, max): (&BalancePolicy, Option<u32>),
     out: &mut Compiled,
@@ -606,7 +607,7 @@ fn mirrors(
         };
         let b = &m.backend_ref;
         let r = backend_ref!(b);
-        match resolve_backend(world, ns, r, balance, max) {
+        match resolve_backend(world, (kind, ns), r, balance, max) {
             Ok(spec) => {
                 let (numerator, denominator) = match (&m.fraction, m.percent) {
                     (Some(fr), _) => (fr.numerator, fr.denominator.unwrap_or(100)),

@@ -123,4 +123,6 @@ pub struct GatewayStatuses {
     pub gateways: BTreeMap<Key, GatewayState>,
     /// HTTPRoutes with at least one parent of ours.
     pub routes: BTreeMap<Key, RouteState>,
+    /// GRPCRoutes with at least one parent of ours.
+    pub grpc_routes: BTreeMap<Key, RouteState>,
 }

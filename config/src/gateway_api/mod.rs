@@ -1,5 +1,5 @@
 //! The Gateway API objects sluice reads (`gateway.networking.k8s.io`, bundle v1.6.3,
-//! experimental channel): GatewayClass, Gateway, HTTPRoute and ReferenceGrant.
+//! experimental channel): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant.
 //!
 //! The spec and status types are generated from the pinned CRDs by kopium (`generate.sh` in
 //! this folder says how; do not edit them by hand). The object types below are hand-written:
@@ -13,6 +13,7 @@
 
 pub mod gatewayclasses;
 pub mod gateways;
+pub mod grpcroutes;
 pub mod httproutes;
 pub mod referencegrants;
 
@@ -85,6 +86,15 @@ object!(
     httproutes::HttpRouteStatus,
     "v1",
     "httproutes"
+);
+object!(
+    /// gRPC routing rules (service, method and header matches) attached to Gateway
+    /// listeners.
+    GRPCRoute,
+    grpcroutes::GrpcRouteSpec,
+    grpcroutes::GrpcRouteStatus,
+    "v1",
+    "grpcroutes"
 );
 
 /// Permission for objects of other namespaces to refer to objects of this one. It has no

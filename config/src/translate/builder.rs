@@ -196,6 +196,15 @@ impl<'w> Builder<'w> {
         let mut problems = self.problems.0;
         problems.extend(crate::gateway::unreadable_problems(self.world));
         problems.extend(crate::gateway::status_problems(&gw.status));
+        for ((ns, name), why) in &gw.unreadable_grpc {
+            problems.push(crate::model::Problem {
+                object: crate::model::ObjectRef::new("GRPCRoute", ns.clone(), name.clone()),
+                field: "spec".into(),
+                message: format!("cannot be served: {why}; it is ignored"),
+                severity: crate::model::Severity::Error,
+                reason: "Unreadable",
+            });
+        }
         problems.sort();
         problems.dedup();
         let snapshot = Snapshot::new(SnapshotParts {

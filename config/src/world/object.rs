@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Key, World, key_of};
-use crate::gateway_api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use crate::refs::ObjectRef;
 
 /// A kind of object sluice reads.
@@ -36,6 +36,8 @@ pub enum Kind {
     Gateway,
     /// gateway.networking.k8s.io HTTPRoute.
     HttpRoute,
+    /// gateway.networking.k8s.io GRPCRoute.
+    GrpcRoute,
     /// gateway.networking.k8s.io ReferenceGrant.
     ReferenceGrant,
 }
@@ -54,6 +56,7 @@ impl Kind {
             Kind::GatewayClass => "GatewayClass",
             Kind::Gateway => "Gateway",
             Kind::HttpRoute => "HTTPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -91,6 +94,8 @@ pub enum Object {
     Gateway(Arc<Gateway>),
     /// An HTTPRoute.
     HttpRoute(Arc<HTTPRoute>),
+    /// A GRPCRoute.
+    GrpcRoute(Arc<GRPCRoute>),
     /// A ReferenceGrant.
     ReferenceGrant(Arc<ReferenceGrant>),
     /// An object this version could not read (a newer Gateway API bundle's field values), with
@@ -112,6 +117,7 @@ impl Object {
             Object::GatewayClass(_) => Kind::GatewayClass,
             Object::Gateway(_) => Kind::Gateway,
             Object::HttpRoute(_) => Kind::HttpRoute,
+            Object::GrpcRoute(_) => Kind::GrpcRoute,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
             Object::Unreadable(kind, _, _) => *kind,
         }
@@ -130,6 +136,7 @@ impl Object {
             Object::GatewayClass(x) => &x.metadata,
             Object::Gateway(x) => &x.metadata,
             Object::HttpRoute(x) => &x.metadata,
+            Object::GrpcRoute(x) => &x.metadata,
             Object::ReferenceGrant(x) => &x.metadata,
             Object::Unreadable(..) => return None,
         })
@@ -214,6 +221,13 @@ impl World {
                 self.http_routes.insert(key, x);
                 return !same;
             }
+            Object::GrpcRoute(x) => {
+                let same = self.grpc_routes.get(&key).is_some_and(|old| {
+                    same_spec((&old.metadata, &old.spec), (&x.metadata, &x.spec))
+                });
+                self.grpc_routes.insert(key, x);
+                return !same;
+            }
             Object::ReferenceGrant(x) => {
                 self.reference_grants.insert(key, x);
             }
@@ -241,6 +255,7 @@ impl World {
             Kind::GatewayClass => drop(self.gateway_classes.remove(key)),
             Kind::Gateway => drop(self.gateways.remove(key)),
             Kind::HttpRoute => drop(self.http_routes.remove(key)),
+            Kind::GrpcRoute => drop(self.grpc_routes.remove(key)),
             Kind::ReferenceGrant => drop(self.reference_grants.remove(key)),
         }
     }
@@ -259,6 +274,7 @@ impl World {
             Kind::GatewayClass => self.gateway_classes.clear(),
             Kind::Gateway => self.gateways.clear(),
             Kind::HttpRoute => self.http_routes.clear(),
+            Kind::GrpcRoute => self.grpc_routes.clear(),
             Kind::ReferenceGrant => self.reference_grants.clear(),
         }
     }

@@ -1,4 +1,4 @@
-//! Gateway API status (leader only): GatewayClasses, Gateways and HTTPRoutes get the status
+//! Gateway API status (leader only): GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes get the status
 //! translation computed for them (`sluice_config::gateway::status`), with `observedGeneration`
 //! on every condition and `lastTransitionTime` kept while a condition's status stays.
 //!
@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sluice_config::TranslateOptions;
 use sluice_config::gateway::status::{Cond, GatewayStatuses};
-use sluice_config::gateway_api::{Gateway, GatewayClass, HTTPRoute};
+use sluice_config::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute};
 use sluice_config::world::{Key, World};
 use tokio::sync::watch;
 
@@ -30,8 +30,9 @@ pub struct Desired {
     pub statuses: GatewayStatuses,
     /// Our `controllerName` (route parent entries carry it).
     pub controller: String,
-    /// Per route, the parent entries other controllers wrote, kept as they are.
-    pub others: BTreeMap<Key, Vec<Value>>,
+    /// Per route (by kind and key), the parent entries other controllers wrote, kept as
+    /// they are.
+    pub others: BTreeMap<(&'static str, Key), Vec<Value>>,
     /// Each object's `metadata.uid` by kind and key: an object deleted and made again under
     /// its name is another object, whose status must be written afresh.
     pub uids: BTreeMap<(&'static str, Key), String>,
@@ -41,22 +42,31 @@ impl Desired {
     /// Takes translation's status and the world it read.
     pub fn new(statuses: GatewayStatuses, world: &World, opts: &TranslateOptions) -> Self {
         let controller = opts.gateway.controller_name.clone();
-        let others = statuses
-            .routes
-            .keys()
-            .filter_map(|k| {
-                let r = world.http_routes.get(k)?;
-                let theirs: Vec<Value> = r
-                    .status
-                    .as_ref()?
-                    .parents
-                    .iter()
-                    .filter(|p| p.controller_name != controller)
-                    .filter_map(|p| serde_json::to_value(p).ok())
-                    .collect();
-                Some((k.clone(), theirs))
-            })
-            .collect();
+        let theirs = |parents: Vec<Value>| -> Vec<Value> {
+            parents
+                .into_iter()
+                .filter(|p| p.get("controllerName").and_then(Value::as_str) != Some(&controller))
+                .collect()
+        };
+        let parents_of = |status: Option<Value>| -> Vec<Value> {
+            status
+                .and_then(|s| s.get("parents").cloned())
+                .and_then(|p| p.as_array().cloned())
+                .unwrap_or_default()
+        };
+        let mut others = BTreeMap::new();
+        for k in statuses.routes.keys() {
+            if let Some(r) = world.http_routes.get(k) {
+                let status = r.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+                others.insert(("HTTPRoute", k.clone()), theirs(parents_of(status)));
+            }
+        }
+        for k in statuses.grpc_routes.keys() {
+            if let Some(r) = world.grpc_routes.get(k) {
+                let status = r.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+                others.insert(("GRPCRoute", k.clone()), theirs(parents_of(status)));
+            }
+        }
         let uid = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             m.uid.clone().unwrap_or_default()
         };
@@ -75,6 +85,11 @@ impl Desired {
         for key in statuses.routes.keys() {
             if let Some(o) = world.http_routes.get(key) {
                 uids.insert(("HTTPRoute", key.clone()), uid(&o.metadata));
+            }
+        }
+        for key in statuses.grpc_routes.keys() {
+            if let Some(o) = world.grpc_routes.get(key) {
+                uids.insert(("GRPCRoute", key.clone()), uid(&o.metadata));
             }
         }
         Self {
@@ -181,9 +196,19 @@ fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
             json!({"addresses": addresses, "conditions": conditions, "listeners": listeners}),
         ));
     }
-    for (key, r) in &d.statuses.routes {
-        let t = target(d, "HTTPRoute", key.clone());
-        let mut parents: Vec<Value> = d.others.get(key).cloned().unwrap_or_default();
+    let routes = d
+        .statuses
+        .routes
+        .iter()
+        .map(|r| ("HTTPRoute", r))
+        .chain(d.statuses.grpc_routes.iter().map(|r| ("GRPCRoute", r)));
+    for (kind, (key, r)) in routes {
+        let t = target(d, kind, key.clone());
+        let mut parents: Vec<Value> = d
+            .others
+            .get(&(kind, key.clone()))
+            .cloned()
+            .unwrap_or_default();
         for (i, p) in r.parents.iter().enumerate() {
             let mut parent = json!({
                 "group": p.parent.group,
@@ -216,6 +241,7 @@ async fn write(
     let ar = match *kind {
         "GatewayClass" => ApiResource::erase::<GatewayClass>(&()),
         "Gateway" => ApiResource::erase::<Gateway>(&()),
+        "GRPCRoute" => ApiResource::erase::<GRPCRoute>(&()),
         _ => ApiResource::erase::<HTTPRoute>(&()),
     };
     let api: Api<DynamicObject> = if ns.is_empty() {

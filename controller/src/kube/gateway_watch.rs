@@ -1,4 +1,5 @@
-//! The Gateway API's watches: GatewayClass, Gateway, HTTPRoute, ReferenceGrant and Namespace
+//! The Gateway API's watches: GatewayClass, Gateway, HTTPRoute, GRPCRoute (when served),
+//! ReferenceGrant and Namespace
 //! (for `allowedRoutes` selectors), started only when the API server serves the
 //! `gateway.networking.k8s.io` group (the CRDs are installed), found by discovery at start.
 //!
@@ -11,7 +12,9 @@ use std::sync::Arc;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use sluice_config::gateway_api::{self, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use sluice_config::gateway_api::{
+    self, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+};
 use sluice_config::world::{Kind, Object, key_of};
 use tokio::sync::mpsc;
 
@@ -48,6 +51,15 @@ pub async fn served(client: &Client) -> bool {
     }
 }
 
+/// Whether the API server serves GRPCRoutes (`gateway.networking.k8s.io/v1`, in the bundles
+/// since v1.1); without them sluice watches the other kinds only.
+pub async fn grpc_served(client: &Client) -> bool {
+    client
+        .list_api_group_resources(&format!("{}/v1", gateway_api::GROUP))
+        .await
+        .is_ok_and(|l| l.resources.iter().any(|r| r.name == "grpcroutes"))
+}
+
 /// The object of a watch's kind, or [`Object::Unreadable`] with why this version cannot
 /// read it.
 fn parse(kind: KindId, o: &DynamicObject) -> Object {
@@ -70,6 +82,9 @@ fn parse(kind: KindId, o: &DynamicObject) -> Object {
         }
         KindId::Of(Kind::HttpRoute) => {
             gateway_api::parse::<HTTPRoute>(json).map(|x| Object::HttpRoute(Arc::new(x)))
+        }
+        KindId::Of(Kind::GrpcRoute) => {
+            gateway_api::parse::<GRPCRoute>(json).map(|x| Object::GrpcRoute(Arc::new(x)))
         }
         _ => {
             gateway_api::parse::<ReferenceGrant>(json).map(|x| Object::ReferenceGrant(Arc::new(x)))
@@ -94,8 +109,14 @@ fn spawn_untyped(api: Api<DynamicObject>, kind: KindId, tx: mpsc::UnboundedSende
     });
 }
 
-/// Starts the five watches (`--watch-namespace` limits the namespaced ones).
-pub fn start(client: &Client, namespace: Option<&str>, tx: &mpsc::UnboundedSender<Seen>) {
+/// Starts the five watches, and GRPCRoutes' with `grpc` (`--watch-namespace` limits the
+/// namespaced ones).
+pub fn start(
+    client: &Client,
+    namespace: Option<&str>,
+    tx: &mpsc::UnboundedSender<Seen>,
+    grpc: bool,
+) {
     let untyped = |ar: ApiResource, cluster: bool| match (namespace, cluster) {
         (Some(ns), false) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
         _ => Api::<DynamicObject>::all_with(client.clone(), &ar),
@@ -115,6 +136,13 @@ pub fn start(client: &Client, namespace: Option<&str>, tx: &mpsc::UnboundedSende
         KindId::Of(Kind::HttpRoute),
         tx.clone(),
     );
+    if grpc {
+        spawn_untyped(
+            untyped(ApiResource::erase::<GRPCRoute>(&()), false),
+            KindId::Of(Kind::GrpcRoute),
+            tx.clone(),
+        );
+    }
     spawn_untyped(
         untyped(ApiResource::erase::<ReferenceGrant>(&()), false),
         KindId::Of(Kind::ReferenceGrant),

@@ -81,11 +81,13 @@ pub async fn start(
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let gateway_api = gateway_watch::served(&client).await;
+    let grpc = gateway_api && gateway_watch::grpc_served(&client).await;
     if gateway_api {
         tracing::info!(
-            "the API server serves the Gateway API: watching GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants"
+            grpc_routes = grpc,
+            "the API server serves the Gateway API: watching GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes (when served) and ReferenceGrants"
         );
-        gateway_watch::start(&client, args.common.watch_namespace.as_deref(), &tx);
+        gateway_watch::start(&client, args.common.watch_namespace.as_deref(), &tx, grpc);
     } else {
         tracing::info!(
             "the API server does not serve the Gateway API (its CRDs are not installed): Ingresses only; restart sluice after installing them"
@@ -100,7 +102,8 @@ pub async fn start(
     let (published_tx, published) = wch::channel(Published::default());
     let (changed_tx, changed) = wch::channel(0u64);
     let rebuilder = Rebuilder::new(opts, running.dp.clone(), published_tx, changed_tx)
-        .with_gateway_api(gateway_api);
+        .with_gateway_api(gateway_api)
+        .with_grpc_routes(grpc);
     let mut tasks = vec![tokio::spawn(rebuild::run(rebuilder, rx))];
 
     let (leader_tx, leader) = wch::channel(false);

@@ -91,6 +91,15 @@ impl Rebuilder {
         self
     }
 
+    /// Waits for GRPCRoutes' initial list too (when the API server serves them).
+    pub fn with_grpc_routes(mut self, on: bool) -> Self {
+        let kind = super::watch::KindId::Of(sluice_config::world::Kind::GrpcRoute);
+        if on && !self.kinds.contains(&kind) {
+            self.kinds.push(kind);
+        }
+        self
+    }
+
     /// The controller ConfigMap's key, when `--configmap` names one: its own watch (by name)
     /// owns that key, the watch of every ConfigMap all others.
     fn controller_config_map(&self) -> Option<Key> {

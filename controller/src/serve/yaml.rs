@@ -151,6 +151,7 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
         ("gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1", "HTTPRoute") => {
             wrap(typed(v)?, true, Object::HttpRoute)
         }
+        ("gateway.networking.k8s.io/v1", "GRPCRoute") => wrap(typed(v)?, true, Object::GrpcRoute),
         (
             "gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1",
             "ReferenceGrant",
