@@ -183,3 +183,78 @@ async fn without_the_flag_the_annotation_is_reported_and_tls_terminated() {
         .unwrap();
     assert_eq!(r.backend(), Some("plain"), "plain HTTP is routed as usual");
 }
+
+/// The Gateway API's TLS passthrough (`sluice serve` from files): a listener of protocol TLS
+/// with `tls.mode: Passthrough` tunnels each connection, untouched, to the backend of the
+/// TLSRoute its server name selects — the pod's own certificate reaches the client — and
+/// closes a connection whose name no TLSRoute has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_route_passes_connections_through_by_server_name() {
+    sluice_proxy::crypto::install_default_provider();
+    let (pod_crt, pod_key) = self_signed(&["abc.example.test"]);
+    let (pod, _pod_task) = tls_pod(&pod_crt, &pod_key).await;
+    let port = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let m = Manifests::new();
+    m.write(
+        "pod.yaml",
+        &[service("tlspod"), endpoint_slices("tlspod", &[pod])].join("---\n"),
+    );
+    m.write(
+        "gw.yaml",
+        &format!(
+            r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: sluice}}
+spec: {{controllerName: sluice.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - name: tls
+    port: {port}
+    protocol: TLS
+    hostname: "*.example.test"
+    tls: {{mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: abc, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: ["abc.example.test"]
+  rules:
+  - backendRefs: [{{name: tlspod, port: 80}}]
+"#
+        ),
+    );
+    let s = serve(m.dir.path(), &[]).await;
+    let gw = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut answer = Err(std::io::Error::other("not yet"));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        answer = https_get(gw, "abc.example.test", &pod_crt).await;
+        if answer.as_ref().is_ok_and(|a| a.ends_with("from-pod")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer = answer.unwrap();
+    assert!(answer.ends_with("from-pod"), "{answer}");
+    // A name no TLSRoute has: nothing to pass to, and no certificate of sluice's to answer.
+    assert!(
+        https_get(gw, "zzz.example.test", &pod_crt).await.is_err(),
+        "an unrouted server name is closed"
+    );
+    let status = status_text(&s).await;
+    assert!(
+        !status.contains("TLSRoute"),
+        "no problem reported: {status}"
+    );
+    s.shutdown(Duration::from_secs(2)).await;
+}

@@ -20,6 +20,9 @@ pub(super) const ROUTE_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 pub(super) enum Proto {
     Http,
     Https,
+    /// `TLS` with `tls.mode: Passthrough`: connections go to TLSRoute backends by server name,
+    /// untouched.
+    TlsPassthrough,
 }
 
 /// One listener as translation sees it.
@@ -236,9 +239,15 @@ fn assign_addresses(
 fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPlan<'w> {
     let hostname = Hostname::parse(l.hostname.as_deref());
     let port = u16::try_from(l.port).unwrap_or(0);
+    let passthrough = l
+        .tls
+        .as_ref()
+        .and_then(|t| t.mode.as_ref())
+        .is_some_and(|m| *m == GatewayListenersTlsMode::Passthrough);
     let proto = match l.protocol.as_str() {
         "HTTP" => Some(Proto::Http),
         "HTTPS" => Some(Proto::Https),
+        "TLS" if passthrough => Some(Proto::TlsPassthrough),
         _ => None,
     };
     let mut plan = ListenerPlan {
@@ -256,15 +265,25 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
         attached: 0,
     };
     if proto.is_none() {
-        plan.accepted = Cond::new(
-            "Accepted",
-            false,
-            "UnsupportedProtocol",
-            format!(
-                "protocol {:?} is not supported (HTTP and HTTPS are)",
-                l.protocol
-            ),
-        );
+        // TLS is a protocol sluice serves, in one mode: Terminate is an unsupported value.
+        plan.accepted = if l.protocol == "TLS" {
+            Cond::new(
+                "Accepted",
+                false,
+                "UnsupportedValue",
+                "tls.mode Terminate is not supported on a TLS listener (Passthrough is; HTTPS terminates TLS)",
+            )
+        } else {
+            Cond::new(
+                "Accepted",
+                false,
+                "UnsupportedProtocol",
+                format!(
+                    "protocol {:?} is not supported (HTTP, HTTPS and TLS with mode Passthrough are)",
+                    l.protocol
+                ),
+            )
+        };
         return plan;
     }
     if port == 0 {
@@ -276,10 +295,16 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
         );
         return plan;
     }
-    // Route kinds: HTTPRoute and GRPCRoute (both served by the HTTP(S) listener's rules).
+    // Route kinds: HTTPRoute and GRPCRoute (both served by the HTTP(S) listener's rules);
+    // TLSRoute on a TLS passthrough listener.
+    let route_kinds: &[&str] = if proto == Some(Proto::TlsPassthrough) {
+        &["TLSRoute"]
+    } else {
+        &ROUTE_KINDS
+    };
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_deref()) {
         None | Some([]) => {
-            for kind in ROUTE_KINDS {
+            for kind in route_kinds {
                 plan.kinds.push((GROUP.to_string(), kind.to_string()));
             }
         }
@@ -287,7 +312,7 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
             let mut bad = Vec::new();
             for k in kinds {
                 let group = k.group.as_deref().unwrap_or(GROUP);
-                if group == GROUP && ROUTE_KINDS.contains(&k.kind.as_str()) {
+                if group == GROUP && route_kinds.contains(&k.kind.as_str()) {
                     let entry = (GROUP.to_string(), k.kind.clone());
                     if !plan.kinds.contains(&entry) {
                         plan.kinds.push(entry);
@@ -302,8 +327,9 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
                     false,
                     "InvalidRouteKinds",
                     format!(
-                        "route kinds {} are not supported (HTTPRoute and GRPCRoute are)",
-                        bad.join(", ")
+                        "route kinds {} are not supported here ({} are)",
+                        bad.join(", "),
+                        route_kinds.join(" and ")
                     ),
                 );
             }

@@ -8,6 +8,7 @@ mod listeners;
 mod refs;
 mod routes;
 pub mod status;
+mod tls_route;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -59,6 +60,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
+    "TLSRoute",
 ];
 
 /// What Gateway API translation needs beyond the world.
@@ -101,8 +103,9 @@ pub struct GatewayOutput {
     pub certificates: Certificates,
     /// Status of every object of ours.
     pub status: GatewayStatuses,
-    /// GRPCRoutes that could not be read as the HTTPRoutes they amount to, with why.
-    pub unreadable_grpc: Vec<(crate::world::Key, String)>,
+    /// GRPCRoutes and TLSRoutes that could not be read as the HTTPRoutes they amount to
+    /// (kind, key, why).
+    pub unreadable_routes: Vec<(&'static str, crate::world::Key, String)>,
 }
 
 /// Translates the Gateway API objects of the world.
@@ -121,8 +124,17 @@ pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> G
         match grpc::as_http(g) {
             Ok(h) => routes.push(("GRPCRoute", std::borrow::Cow::Owned(h))),
             Err(why) => {
-                out.unreadable_grpc
-                    .push((crate::world::key_of(&g.metadata), why));
+                let key = crate::world::key_of(&g.metadata);
+                out.unreadable_routes.push(("GRPCRoute", key, why));
+            }
+        }
+    }
+    for t in world.tls_routes.values() {
+        match tls_route::as_http(t) {
+            Ok(h) => routes.push(("TLSRoute", std::borrow::Cow::Owned(h))),
+            Err(why) => {
+                let key = crate::world::key_of(&t.metadata);
+                out.unreadable_routes.push(("TLSRoute", key, why));
             }
         }
     }
@@ -146,10 +158,10 @@ pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> G
         ) else {
             continue;
         };
-        let statuses = if *kind == "GRPCRoute" {
-            &mut out.status.grpc_routes
-        } else {
-            &mut out.status.routes
+        let statuses = match *kind {
+            "GRPCRoute" => &mut out.status.grpc_routes,
+            "TLSRoute" => &mut out.status.tls_routes,
+            _ => &mut out.status.routes,
         };
         statuses.insert(crate::world::key_of(&r.metadata), o.status);
         out.clusters.extend(o.clusters);
@@ -217,7 +229,8 @@ fn sockets(
                 .or_insert_with(|| GatewaySocket {
                     addr: g.addr,
                     port: l.port,
-                    tls: l.proto == Some(Proto::Https),
+                    tls: matches!(l.proto, Some(Proto::Https | Proto::TlsPassthrough)),
+                    passthrough: l.proto == Some(Proto::TlsPassthrough),
                     listeners: Vec::new(),
                 });
             socket.listeners.push(GatewayListener {
@@ -369,7 +382,8 @@ pub fn status_problems(st: &GatewayStatuses) -> Vec<crate::model::Problem> {
         .routes
         .iter()
         .map(|r| ("HTTPRoute", r))
-        .chain(st.grpc_routes.iter().map(|r| ("GRPCRoute", r)));
+        .chain(st.grpc_routes.iter().map(|r| ("GRPCRoute", r)))
+        .chain(st.tls_routes.iter().map(|r| ("TLSRoute", r)));
     for (kind, ((ns, name), r)) in routes {
         let o = ObjectRef::new(kind, ns.clone(), name.clone());
         for p in &r.parents {

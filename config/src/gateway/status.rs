@@ -125,4 +125,6 @@ pub struct GatewayStatuses {
     pub routes: BTreeMap<Key, RouteState>,
     /// GRPCRoutes with at least one parent of ours.
     pub grpc_routes: BTreeMap<Key, RouteState>,
+    /// TLSRoutes with at least one parent of ours.
+    pub tls_routes: BTreeMap<Key, RouteState>,
 }

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version=v1.6.3
 crds="$(go env GOMODCACHE)/sigs.k8s.io/gateway-api@$version/config/crd/experimental"
 [ -d "$crds" ] || (cd "$(mktemp -d)" && go mod download "sigs.k8s.io/gateway-api@$version")
-for kind in gatewayclasses gateways httproutes grpcroutes referencegrants; do
+for kind in gatewayclasses gateways httproutes grpcroutes tlsroutes referencegrants; do
   out="$here/$kind.rs"
   crd="$crds/gateway.networking.k8s.io_$kind.yaml"
   version_of_kind=v1

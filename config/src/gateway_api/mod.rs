@@ -1,5 +1,6 @@
 //! The Gateway API objects sluice reads (`gateway.networking.k8s.io`, bundle v1.6.3,
-//! experimental channel): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant.
+//! experimental channel): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute and
+//! ReferenceGrant.
 //!
 //! The spec and status types are generated from the pinned CRDs by kopium (`generate.sh` in
 //! this folder says how; do not edit them by hand). The object types below are hand-written:
@@ -16,6 +17,7 @@ pub mod gateways;
 pub mod grpcroutes;
 pub mod httproutes;
 pub mod referencegrants;
+pub mod tlsroutes;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -95,6 +97,16 @@ object!(
     grpcroutes::GrpcRouteStatus,
     "v1",
     "grpcroutes"
+);
+
+object!(
+    /// TLS connections passed through by server name (SNI) to backends, attached to
+    /// Gateway listeners of protocol TLS.
+    TLSRoute,
+    tlsroutes::TlsRouteSpec,
+    tlsroutes::TlsRouteStatus,
+    "v1",
+    "tlsroutes"
 );
 
 /// Permission for objects of other namespaces to refer to objects of this one. It has no

@@ -20,8 +20,12 @@ pub struct GatewaySocket {
     pub addr: Option<IpAddr>,
     /// The port.
     pub port: u16,
-    /// HTTPS: TLS terminated with the listeners' certificates.
+    /// HTTPS: TLS terminated with the listeners' certificates (or, with `passthrough`, the
+    /// ClientHello read for its server name).
     pub tls: bool,
+    /// TLS passthrough: a connection is tunnelled untouched to a backend of the TLSRoute its
+    /// server name selects (the listeners' host rules), never terminated.
+    pub passthrough: bool,
     /// The listeners served on it, most specific hostname first.
     pub listeners: Vec<GatewayListener>,
 }

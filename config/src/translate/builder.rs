@@ -196,9 +196,9 @@ impl<'w> Builder<'w> {
         let mut problems = self.problems.0;
         problems.extend(crate::gateway::unreadable_problems(self.world));
         problems.extend(crate::gateway::status_problems(&gw.status));
-        for ((ns, name), why) in &gw.unreadable_grpc {
+        for (kind, (ns, name), why) in &gw.unreadable_routes {
             problems.push(crate::model::Problem {
-                object: crate::model::ObjectRef::new("GRPCRoute", ns.clone(), name.clone()),
+                object: crate::model::ObjectRef::new(kind, ns.clone(), name.clone()),
                 field: "spec".into(),
                 message: format!("cannot be served: {why}; it is ignored"),
                 severity: crate::model::Severity::Error,

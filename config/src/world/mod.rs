@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
 use crate::refs::ObjectRef;
 
 /// The label EndpointSlices carry to name their Service.
@@ -52,6 +52,8 @@ pub struct World {
     pub http_routes: BTreeMap<Key, Arc<HTTPRoute>>,
     /// GRPCRoutes by key.
     pub grpc_routes: BTreeMap<Key, Arc<GRPCRoute>>,
+    /// TLSRoutes by key.
+    pub tls_routes: BTreeMap<Key, Arc<TLSRoute>>,
     /// ReferenceGrants by key.
     pub reference_grants: BTreeMap<Key, Arc<ReferenceGrant>>,
     /// Namespaces by name (empty namespace): a listener's `allowedRoutes` selector reads

@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Key, World, key_of};
-use crate::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
 use crate::refs::ObjectRef;
 
 /// A kind of object sluice reads.
@@ -38,6 +38,8 @@ pub enum Kind {
     HttpRoute,
     /// gateway.networking.k8s.io GRPCRoute.
     GrpcRoute,
+    /// gateway.networking.k8s.io TLSRoute.
+    TlsRoute,
     /// gateway.networking.k8s.io ReferenceGrant.
     ReferenceGrant,
 }
@@ -57,6 +59,7 @@ impl Kind {
             Kind::Gateway => "Gateway",
             Kind::HttpRoute => "HTTPRoute",
             Kind::GrpcRoute => "GRPCRoute",
+            Kind::TlsRoute => "TLSRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -96,6 +99,8 @@ pub enum Object {
     HttpRoute(Arc<HTTPRoute>),
     /// A GRPCRoute.
     GrpcRoute(Arc<GRPCRoute>),
+    /// A TLSRoute.
+    TlsRoute(Arc<TLSRoute>),
     /// A ReferenceGrant.
     ReferenceGrant(Arc<ReferenceGrant>),
     /// An object this version could not read (a newer Gateway API bundle's field values), with
@@ -118,6 +123,7 @@ impl Object {
             Object::Gateway(_) => Kind::Gateway,
             Object::HttpRoute(_) => Kind::HttpRoute,
             Object::GrpcRoute(_) => Kind::GrpcRoute,
+            Object::TlsRoute(_) => Kind::TlsRoute,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
             Object::Unreadable(kind, _, _) => *kind,
         }
@@ -137,6 +143,7 @@ impl Object {
             Object::Gateway(x) => &x.metadata,
             Object::HttpRoute(x) => &x.metadata,
             Object::GrpcRoute(x) => &x.metadata,
+            Object::TlsRoute(x) => &x.metadata,
             Object::ReferenceGrant(x) => &x.metadata,
             Object::Unreadable(..) => return None,
         })
@@ -228,6 +235,13 @@ impl World {
                 self.grpc_routes.insert(key, x);
                 return !same;
             }
+            Object::TlsRoute(x) => {
+                let same = self.tls_routes.get(&key).is_some_and(|old| {
+                    same_spec((&old.metadata, &old.spec), (&x.metadata, &x.spec))
+                });
+                self.tls_routes.insert(key, x);
+                return !same;
+            }
             Object::ReferenceGrant(x) => {
                 self.reference_grants.insert(key, x);
             }
@@ -256,6 +270,7 @@ impl World {
             Kind::Gateway => drop(self.gateways.remove(key)),
             Kind::HttpRoute => drop(self.http_routes.remove(key)),
             Kind::GrpcRoute => drop(self.grpc_routes.remove(key)),
+            Kind::TlsRoute => drop(self.tls_routes.remove(key)),
             Kind::ReferenceGrant => drop(self.reference_grants.remove(key)),
         }
     }
@@ -275,6 +290,7 @@ impl World {
             Kind::Gateway => self.gateways.clear(),
             Kind::HttpRoute => self.http_routes.clear(),
             Kind::GrpcRoute => self.grpc_routes.clear(),
+            Kind::TlsRoute => self.tls_routes.clear(),
             Kind::ReferenceGrant => self.reference_grants.clear(),
         }
     }

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sluice_config::TranslateOptions;
 use sluice_config::gateway::status::{Cond, GatewayStatuses};
-use sluice_config::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute};
+use sluice_config::gateway_api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, TLSRoute};
 use sluice_config::world::{Key, World};
 use tokio::sync::watch;
 
@@ -67,6 +67,12 @@ impl Desired {
                 others.insert(("GRPCRoute", k.clone()), theirs(parents_of(status)));
             }
         }
+        for k in statuses.tls_routes.keys() {
+            if let Some(r) = world.tls_routes.get(k) {
+                let status = r.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+                others.insert(("TLSRoute", k.clone()), theirs(parents_of(status)));
+            }
+        }
         let uid = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             m.uid.clone().unwrap_or_default()
         };
@@ -90,6 +96,11 @@ impl Desired {
         for key in statuses.grpc_routes.keys() {
             if let Some(o) = world.grpc_routes.get(key) {
                 uids.insert(("GRPCRoute", key.clone()), uid(&o.metadata));
+            }
+        }
+        for key in statuses.tls_routes.keys() {
+            if let Some(o) = world.tls_routes.get(key) {
+                uids.insert(("TLSRoute", key.clone()), uid(&o.metadata));
             }
         }
         Self {
@@ -201,7 +212,8 @@ fn bodies(d: &Desired, mem: &mut Memory, now: &str) -> Vec<(Target, Value)> {
         .routes
         .iter()
         .map(|r| ("HTTPRoute", r))
-        .chain(d.statuses.grpc_routes.iter().map(|r| ("GRPCRoute", r)));
+        .chain(d.statuses.grpc_routes.iter().map(|r| ("GRPCRoute", r)))
+        .chain(d.statuses.tls_routes.iter().map(|r| ("TLSRoute", r)));
     for (kind, (key, r)) in routes {
         let t = target(d, kind, key.clone());
         let mut parents: Vec<Value> = d
@@ -242,6 +254,7 @@ async fn write(
         "GatewayClass" => ApiResource::erase::<GatewayClass>(&()),
         "Gateway" => ApiResource::erase::<Gateway>(&()),
         "GRPCRoute" => ApiResource::erase::<GRPCRoute>(&()),
+        "TLSRoute" => ApiResource::erase::<TLSRoute>(&()),
         _ => ApiResource::erase::<HTTPRoute>(&()),
     };
     let api: Api<DynamicObject> = if ns.is_empty() {

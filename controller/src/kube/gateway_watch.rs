@@ -13,7 +13,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use sluice_config::gateway_api::{
-    self, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    self, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute,
 };
 use sluice_config::world::{Kind, Object, key_of};
 use tokio::sync::mpsc;
@@ -51,13 +51,14 @@ pub async fn served(client: &Client) -> bool {
     }
 }
 
-/// Whether the API server serves GRPCRoutes (`gateway.networking.k8s.io/v1`, in the bundles
-/// since v1.1); without them sluice watches the other kinds only.
-pub async fn grpc_served(client: &Client) -> bool {
+/// Whether the API server serves `resource` (`grpcroutes`: bundles since v1.1; `tlsroutes`:
+/// v1 since v1.5) at `gateway.networking.k8s.io/v1`; without it sluice watches the other
+/// kinds only.
+pub async fn v1_served(client: &Client, resource: &str) -> bool {
     client
         .list_api_group_resources(&format!("{}/v1", gateway_api::GROUP))
         .await
-        .is_ok_and(|l| l.resources.iter().any(|r| r.name == "grpcroutes"))
+        .is_ok_and(|l| l.resources.iter().any(|r| r.name == resource))
 }
 
 /// The object of a watch's kind, or [`Object::Unreadable`] with why this version cannot
@@ -86,6 +87,9 @@ fn parse(kind: KindId, o: &DynamicObject) -> Object {
         KindId::Of(Kind::GrpcRoute) => {
             gateway_api::parse::<GRPCRoute>(json).map(|x| Object::GrpcRoute(Arc::new(x)))
         }
+        KindId::Of(Kind::TlsRoute) => {
+            gateway_api::parse::<TLSRoute>(json).map(|x| Object::TlsRoute(Arc::new(x)))
+        }
         _ => {
             gateway_api::parse::<ReferenceGrant>(json).map(|x| Object::ReferenceGrant(Arc::new(x)))
         }
@@ -109,13 +113,13 @@ fn spawn_untyped(api: Api<DynamicObject>, kind: KindId, tx: mpsc::UnboundedSende
     });
 }
 
-/// Starts the five watches, and GRPCRoutes' with `grpc` (`--watch-namespace` limits the
-/// namespaced ones).
+/// Starts the five watches, and GRPCRoutes' and TLSRoutes' where served (`--watch-namespace`
+/// limits the namespaced ones).
 pub fn start(
     client: &Client,
     namespace: Option<&str>,
     tx: &mpsc::UnboundedSender<Seen>,
-    grpc: bool,
+    (grpc, tls): (bool, bool),
 ) {
     let untyped = |ar: ApiResource, cluster: bool| match (namespace, cluster) {
         (Some(ns), false) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
@@ -140,6 +144,13 @@ pub fn start(
         spawn_untyped(
             untyped(ApiResource::erase::<GRPCRoute>(&()), false),
             KindId::Of(Kind::GrpcRoute),
+            tx.clone(),
+        );
+    }
+    if tls {
+        spawn_untyped(
+            untyped(ApiResource::erase::<TLSRoute>(&()), false),
+            KindId::Of(Kind::TlsRoute),
             tx.clone(),
         );
     }

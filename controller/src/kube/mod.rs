@@ -81,13 +81,20 @@ pub async fn start(
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let gateway_api = gateway_watch::served(&client).await;
-    let grpc = gateway_api && gateway_watch::grpc_served(&client).await;
+    let grpc = gateway_api && gateway_watch::v1_served(&client, "grpcroutes").await;
+    let tls = gateway_api && gateway_watch::v1_served(&client, "tlsroutes").await;
     if gateway_api {
         tracing::info!(
             grpc_routes = grpc,
-            "the API server serves the Gateway API: watching GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes (when served) and ReferenceGrants"
+            tls_routes = tls,
+            "the API server serves the Gateway API: watching GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and TLSRoutes (when served) and ReferenceGrants"
         );
-        gateway_watch::start(&client, args.common.watch_namespace.as_deref(), &tx, grpc);
+        gateway_watch::start(
+            &client,
+            args.common.watch_namespace.as_deref(),
+            &tx,
+            (grpc, tls),
+        );
     } else {
         tracing::info!(
             "the API server does not serve the Gateway API (its CRDs are not installed): Ingresses only; restart sluice after installing them"
@@ -103,7 +110,8 @@ pub async fn start(
     let (changed_tx, changed) = wch::channel(0u64);
     let rebuilder = Rebuilder::new(opts, running.dp.clone(), published_tx, changed_tx)
         .with_gateway_api(gateway_api)
-        .with_grpc_routes(grpc);
+        .with_route_kind(sluice_config::world::Kind::GrpcRoute, grpc)
+        .with_route_kind(sluice_config::world::Kind::TlsRoute, tls);
     let mut tasks = vec![tokio::spawn(rebuild::run(rebuilder, rx))];
 
     let (leader_tx, leader) = wch::channel(false);

@@ -91,9 +91,10 @@ impl Rebuilder {
         self
     }
 
-    /// Waits for GRPCRoutes' initial list too (when the API server serves them).
-    pub fn with_grpc_routes(mut self, on: bool) -> Self {
-        let kind = super::watch::KindId::Of(sluice_config::world::Kind::GrpcRoute);
+    /// Waits for the initial list of a route kind watched only when served (GRPCRoute,
+    /// TLSRoute) too.
+    pub fn with_route_kind(mut self, kind: sluice_config::world::Kind, on: bool) -> Self {
+        let kind = super::watch::KindId::Of(kind);
         if on && !self.kinds.contains(&kind) {
             self.kinds.push(kind);
         }

@@ -152,6 +152,7 @@ fn object(v: Value) -> Result<Converted, (String, String)> {
             wrap(typed(v)?, true, Object::HttpRoute)
         }
         ("gateway.networking.k8s.io/v1", "GRPCRoute") => wrap(typed(v)?, true, Object::GrpcRoute),
+        ("gateway.networking.k8s.io/v1", "TLSRoute") => wrap(typed(v)?, true, Object::TlsRoute),
         (
             "gateway.networking.k8s.io/v1" | "gateway.networking.k8s.io/v1beta1",
             "ReferenceGrant",

@@ -138,6 +138,39 @@ fn conn_info(
     )
 }
 
+/// A connection on a Gateway's TLS passthrough socket: the ClientHello's server name selects
+/// the TLSRoute (by the listeners' and routes' hostnames), whose backend gets the connection
+/// untouched; no route for the name (or no name), and the connection is closed — sluice holds
+/// no certificate to answer with.
+async fn gateway_passthrough<S>(mut stream: S, info: Arc<ConnInfo>, ctx: &ConnCtx)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some((hello, name)) = passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
+    else {
+        ctx.dp.handshakes.timeout();
+        return;
+    };
+    let cluster = {
+        let table = ctx.dp.routes();
+        let Some(name) = name.as_deref() else {
+            tracing::debug!(local = %info.local, "TLS passthrough: no server name; closed");
+            return;
+        };
+        table
+            .gateway()
+            .passthrough(table.snapshot(), info.local, name)
+    };
+    let Some(cluster) = cluster else {
+        tracing::debug!(local = %info.local, "TLS passthrough: no TLSRoute for the server name; closed");
+        return;
+    };
+    let guard = info.slot.as_ref().map(crate::handler::Slot::tunnel);
+    let s = &ctx.dp.settings;
+    let timeouts = (s.upstream.connect_timeout, s.tunnel_idle_timeout);
+    passthrough::tunnel(stream, hello, cluster, timeouts, guard).await;
+}
+
 /// A connection on a TLS listener: the ClientHello read first where needed, SSL
 /// passthrough, then sluice's own TLS.
 async fn serve_tls<S>(
@@ -149,6 +182,10 @@ async fn serve_tls<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
 {
+    if ctx.passthrough {
+        gateway_passthrough(stream, info, ctx).await;
+        return;
+    }
     let accepted = std::time::Instant::now();
     // The ConfigMap's ssl-protocols/ssl-ciphers, when set: the listener's config for them.
     let policy = &ctx.fresh.server_tls;

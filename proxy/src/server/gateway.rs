@@ -115,9 +115,9 @@ pub async fn run(handle: GatewayServe, tls: TlsOptions) {
             {
                 Ok(listener) => {
                     let (close, closed) = watch::channel(false);
-                    handle.serve(listener, acceptor, closed);
+                    handle.serve(listener, (acceptor, b.passthrough), closed);
                     open.insert(*b, close);
-                    tracing::info!(address = %addr, tls = b.tls, "Gateway socket open");
+                    tracing::info!(address = %addr, tls = b.tls, passthrough = b.passthrough, "Gateway socket open");
                 }
                 Err(e) => {
                     tracing::warn!(address = %addr, error = %e, "Gateway socket cannot be bound; retrying");

@@ -158,6 +158,7 @@ impl Server {
             deadline: self.deadline.subscribe(),
             tunnels: Arc::clone(&self.tunnels),
             gateway: false,
+            passthrough: false,
         };
         let stop = self.stop.subscribe();
         if self.loops.is_empty() {
@@ -194,6 +195,7 @@ impl Server {
                 deadline: self.deadline.subscribe(),
                 tunnels: Arc::clone(&self.tunnels),
                 gateway: true,
+                passthrough: false,
             },
             stop: self.stop.subscribe(),
             sockets: Arc::clone(&self.sockets),
@@ -311,6 +313,8 @@ struct AcceptCtx {
     tunnels: Arc<AtomicUsize>,
     /// A Gateway's socket: routed by the Gateway API's rules, on hyper only.
     gateway: bool,
+    /// A Gateway's TLS passthrough socket: tunnelled by server name, never terminated.
+    passthrough: bool,
 }
 
 fn builder(opts: &ServerOptions) -> auto::Builder<ConnExec> {
@@ -346,11 +350,12 @@ impl GatewayServe {
     pub fn serve(
         &self,
         listener: TcpListener,
-        tls: Option<TlsAcceptor>,
+        (tls, passthrough): (Option<TlsAcceptor>, bool),
         close: watch::Receiver<bool>,
     ) {
         let ctx = AcceptCtx {
             tls,
+            passthrough,
             ..self.ctx.clone()
         };
         tokio::spawn(accept_loop(listener, ctx, self.stop.clone(), Some(close)));
@@ -452,6 +457,7 @@ async fn accept_loop(
             ssl_passthrough: ctx.opts.ssl_passthrough,
             fresh: Fresh::read(&ctx.dp, ctx.opts.ssl_passthrough, ctx.gateway),
             gateway: ctx.gateway,
+            passthrough: ctx.passthrough,
         };
         // The ConfigMap's use-proxy-protocol, else --proxy-protocol: read per connection, so a
         // change applies to the next one.
@@ -494,6 +500,8 @@ struct ConnCtx {
     ssl_passthrough: bool,
     fresh: Fresh,
     gateway: bool,
+    /// A Gateway's TLS passthrough socket.
+    passthrough: bool,
 }
 
 /// What the route table says about a connection when it is accepted, read with one load of

@@ -87,8 +87,10 @@ pub struct DataPlane {
 pub struct GatewayBind {
     /// Address (`None`: every address) and port.
     pub key: crate::state::routes::gateway::SocketKey,
-    /// HTTPS.
+    /// HTTPS (or TLS passthrough).
     pub tls: bool,
+    /// TLS passthrough: connections are tunnelled by server name, never terminated.
+    pub passthrough: bool,
 }
 
 fn unix_ms() -> u64 {
@@ -243,6 +245,7 @@ impl DataPlane {
             .map(|s| GatewayBind {
                 key: (s.addr, s.port),
                 tls: s.tls,
+                passthrough: s.passthrough,
             })
             .collect();
         self.gateway_sockets.send_if_modified(|b| {

@@ -158,6 +158,34 @@ impl GatewayTable {
         }
     }
 
+    /// The pool a TLS passthrough connection with server name `sni` goes to: a backend, by
+    /// weight, of the TLSRoute rule the name selects on the socket at `local` (`None`: no
+    /// route, or the pick is a backend that cannot be used).
+    pub fn passthrough(
+        &self,
+        snapshot: &Snapshot,
+        local: SocketAddr,
+        sni: &str,
+    ) -> Option<Arc<crate::upstream::cluster::Cluster>> {
+        let no_header = |_: &str| None;
+        let facts = RequestFacts {
+            path: "/",
+            method: "GET",
+            query: None,
+            header: &no_header,
+        };
+        let Found::Rule(_, compiled) = self.find(snapshot, local, Some(sni), &facts) else {
+            return None;
+        };
+        match compiled.pick()? {
+            (Backend::Serve(action), _) => match &action.target {
+                super::Target::Cluster(c) => Some(Arc::clone(c)),
+                super::Target::Unavailable(_) => None,
+            },
+            (Backend::Invalid(_), _) => None,
+        }
+    }
+
     /// The certificate for a TLS handshake on the socket at `local`: that of the most
     /// specific listener whose hostname covers the server name (without one, the listener
     /// without a hostname, else the first).
