@@ -473,3 +473,39 @@ async fn converted_routes_answer_as_the_ingresses_did_or_the_report_said_why_not
     );
     s.shutdown(Duration::from_secs(2)).await;
 }
+
+/// Input that cannot be read is an error (exit 2), never a partial conversion; a flag that
+/// makes no sense is refused before anything is read.
+#[tokio::test]
+async fn unreadable_input_converts_nothing() {
+    let m = Manifests::new();
+    m.write(
+        "bad.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: x}\nspec: {rules: 7}\n",
+    );
+    let run = |extra: &[&str]| {
+        let mut argv = vec![
+            "sluice".to_string(),
+            "check".into(),
+            "--to-gateway".into(),
+            m.dir.path().display().to_string(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        let cli = <sluice::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        let sluice::cli::Command::Check(args) = cli.command else {
+            panic!("not check")
+        };
+        args
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = sluice::to_gateway::run(&run(&[]), &mut out, &mut err).await;
+    assert_eq!(code, 2, "{}", String::from_utf8_lossy(&err));
+    assert!(out.is_empty(), "nothing printed on stdout");
+    assert!(String::from_utf8_lossy(&err).contains("bad.yaml"));
+    std::fs::remove_file(m.path("bad.yaml")).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code =
+        sluice::to_gateway::run(&run(&["--configmap", "no-slash"]), &mut out, &mut err).await;
+    assert_eq!(code, 2);
+    assert!(String::from_utf8_lossy(&err).contains("NAMESPACE/NAME"));
+}
