@@ -75,6 +75,16 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "grpcroutes",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "tlsroutes",
+        &["get", "list", "watch"],
+    ),
+    (
+        "gateway.networking.k8s.io",
         "referencegrants",
         &["get", "list", "watch"],
     ),
@@ -85,6 +95,8 @@ const CLUSTER_CALLS: &[(&str, &str, &[&str])] = &[
     ),
     ("gateway.networking.k8s.io", "gateways/status", &["patch"]),
     ("gateway.networking.k8s.io", "httproutes/status", &["patch"]),
+    ("gateway.networking.k8s.io", "grpcroutes/status", &["patch"]),
+    ("gateway.networking.k8s.io", "tlsroutes/status", &["patch"]),
     ("", "namespaces", &["get", "list", "watch"]),
 ];
 
@@ -115,6 +127,8 @@ const WRITABLE_RESOURCES: &[&str] = &[
     "gatewayclasses/status",
     "gateways/status",
     "httproutes/status",
+    "grpcroutes/status",
+    "tlsroutes/status",
 ];
 
 const ADMIN_PORT: i32 = 10254;
