@@ -8,7 +8,7 @@
 #   conformance.sh --rig-only
 #
 # It builds the rig (build.sh), makes the network namespace sluice-gwapi-<pid> (lo with
-# 198.18.0.1/24, whose 198.18.0.16/28 is sluice's Gateway address pool; bridge br0 with
+# 198.18.0.1/24, whose 198.18.0.32/27 is sluice's Gateway address pool; bridge br0 with
 # 198.18.1.1/24 for the pods; no default route), and runs in it: the test kube-apiserver, the
 # kube-controller-manager, the proc-kubelet, then sluice and the suite. The experimental CRDs and
 # the GatewayClass "sluice" are applied first. Everything is stopped and removed on exit.
@@ -19,8 +19,8 @@ repo="$(cd "$here/../.." && pwd)"
 out="${GATEWAY_API_OUT_DIR:-$repo/target/gateway-api}"
 apiserver="$repo/target/kube-apiserver/kube-apiserver"
 
-GATEWAY_POOL=198.18.0.16/28
-USABLE_ADDRESS=198.18.0.30
+GATEWAY_POOL=198.18.0.32/27
+USABLE_ADDRESS=198.18.0.62
 GATEWAY_CLASS=sluice
 CONTROLLER_NAME=sluice.dev/gateway-controller
 PROFILES="${GATEWAY_API_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS}"
@@ -309,7 +309,7 @@ suite_args=(
   --supported-features "$features"
   --cleanup-base-resources=false
   --report-output "$report"
-  # GatewayStaticAddresses: an address of the pool no other Gateway takes first (the pool is
+  # GatewayStaticAddresses: an address of the pool no other Gateway takes first (the pool, 32 addresses so that the Gateways three profiles leave behind never reach it, is
   # handed out from its start), and one of TEST-NET-3, which is never local.
   --usable-address "$USABLE_ADDRESS" --unusable-address 203.0.113.9
   --organization sluice --project sluice --url https://github.com/sluice-dev/sluice
