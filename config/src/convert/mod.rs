@@ -209,7 +209,7 @@ fn clean(meta: &ObjectMeta) -> ObjectMeta {
 pub fn convert(world: &World, opts: &ConvertOptions) -> Conversion {
     let mut notes = Vec::new();
     let settings = notes::settings(world, opts, &mut notes);
-    let plan = routes::plan(world, opts, &settings, &mut notes);
+    let plan = routes::plan(world, &settings, &mut notes);
     // No Ingress, no Gateway: converting the output again (Gateway API objects only) must
     // print it unchanged.
     let mut generated = if world.ingresses.is_empty() {

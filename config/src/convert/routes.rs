@@ -7,7 +7,6 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{Ingress, IngressServiceBackend};
 use serde_json::{Value, json};
 
-use super::ConvertOptions;
 use super::ingress::{self, IngressOptions};
 use super::notes::{self, Note, Outcome, Settings};
 use super::paths::{self, PathConv};
@@ -174,12 +173,7 @@ fn worse(a: Option<Outcome>, b: Outcome) -> Outcome {
 }
 
 /// Plans the routes of the main (not canary) Ingresses, then folds the canaries in.
-pub(super) fn plan(
-    world: &World,
-    opts: &ConvertOptions,
-    settings: &Settings,
-    notes: &mut Vec<Note>,
-) -> Plan {
+pub(super) fn plan(world: &World, settings: &Settings, notes: &mut Vec<Note>) -> Plan {
     let ingresses = by_age(world);
     let regex_hosts: BTreeSet<(String, Option<String>)> = ingresses
         .iter()
@@ -375,7 +369,6 @@ pub(super) fn plan(
     for ing in canaries {
         fold_canary(world, ing, &mut plan, notes);
     }
-    let _ = opts;
     plan
 }
 
