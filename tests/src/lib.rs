@@ -507,6 +507,7 @@ pub mod apis;
 pub mod cdp;
 pub mod echo;
 pub mod fake_api;
+pub mod mtls;
 pub mod real_api;
 
 /// The EndpointSlice `svc-I-abc` of Service `svc-I` with these ready addresses on port 8080

@@ -40,6 +40,11 @@ pub(super) struct ListenerPlan<'w> {
     pub resolved: Cond,
     /// The valid certificate Secrets (HTTPS).
     pub certs: Vec<ObjectRef>,
+    /// The client-certificate validation it serves with (HTTPS; see `frontend`).
+    pub validation: Option<crate::gateway_model::ClientValidation>,
+    /// `ResolvedRefs` is False only because some CA references cannot be used while others
+    /// can: the listener serves with those.
+    pub ca_partial: bool,
     /// Routes may attach (accepted, not conflicted).
     pub attachable: bool,
     /// Serves traffic (attachable, refs resolved, the Gateway has its address).
@@ -105,12 +110,15 @@ pub(super) fn plan<'w>(
                 .iter()
                 .map(|l| listener(world, &key.0, l))
                 .collect();
+            for l in &mut listeners {
+                client_validation(world, g, l);
+            }
             mark_conflicts(&mut listeners);
             taken_by_ingress(&mut listeners, addr, &opts.ingress_listeners);
             let has_address = address_problem.is_none();
             for l in &mut listeners {
                 l.attachable = l.accepted.status && l.conflicted.is_none();
-                l.programmed = l.attachable && l.resolved.status && has_address;
+                l.programmed = l.attachable && (l.resolved.status || l.ca_partial) && has_address;
             }
             GatewayPlan {
                 key,
@@ -260,6 +268,8 @@ fn listener<'w>(world: &World, ns: &str, l: &'w GatewayListeners) -> ListenerPla
         conflicted: None,
         resolved: Cond::ok("ResolvedRefs"),
         certs: Vec::new(),
+        validation: None,
+        ca_partial: false,
         attachable: false,
         programmed: false,
         attached: 0,
@@ -413,6 +423,28 @@ fn certificates(world: &World, ns: &str, l: &GatewayListeners, plan: &mut Listen
         plan.certs
             .push(ObjectRef::new("Secret", target_ns, r.name.clone()));
     }
+}
+
+/// Sets an HTTPS listener's client-certificate validation (`super::frontend`), and its
+/// conditions when CA references cannot be used: `ResolvedRefs` False for any, `Accepted` False
+/// when none can (the listener is then not served). With some usable, it serves with those.
+fn client_validation(world: &World, g: &Gateway, l: &mut ListenerPlan<'_>) {
+    if l.proto != Some(Proto::Https) || !l.accepted.status {
+        return;
+    }
+    let Some(o) = super::frontend::for_port(world, g, l.port) else {
+        return;
+    };
+    if let Some(refused) = o.refused
+        && l.resolved.status
+    {
+        l.resolved = refused;
+        l.ca_partial = o.validation.is_some();
+    }
+    if let Some(unusable) = o.unusable {
+        l.accepted = unusable;
+    }
+    l.validation = o.validation;
 }
 
 /// An Ingress listener keeps its socket: a Gateway listener on its port, on an address it

@@ -3,6 +3,7 @@
 //! ARCHITECTURE.md §8). Translation is pure: the sockets and rules the data plane serves, the
 //! pools they use, and the status every object is owed, from the world alone.
 
+pub mod frontend;
 mod grpc;
 mod listeners;
 mod refs;
@@ -33,6 +34,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRouteNamedRouteRule",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
     "GatewayStaticAddresses",
@@ -238,6 +241,7 @@ fn sockets(
                 name: l.spec.name.clone(),
                 hostname: l.hostname.clone(),
                 certificates: l.certs.clone(),
+                client_validation: l.validation.clone(),
                 hosts,
             });
         }
@@ -322,10 +326,19 @@ fn gateway_state(g: &listeners::GatewayPlan<'_>) -> GatewayState {
             }
         })
         .collect();
+    let mut conditions = vec![accepted, programmed];
+    if frontend::insecure(g.obj) {
+        conditions.push(Cond::new(
+            "InsecureFrontendValidationMode",
+            true,
+            "ConfigurationChanged",
+            "frontend validation mode AllowInsecureFallback: connections without a valid client certificate are served",
+        ));
+    }
     GatewayState {
         generation: g.obj.metadata.generation.unwrap_or_default(),
         addresses: g.addr.map(|a| a.to_string()).into_iter().collect(),
-        conditions: vec![accepted, programmed],
+        conditions,
         listeners,
     }
 }
@@ -410,5 +423,7 @@ pub fn unreadable_problems(world: &World) -> Vec<crate::model::Problem> {
         .collect()
 }
 
+#[cfg(test)]
+mod frontend_tests;
 #[cfg(test)]
 mod tests;

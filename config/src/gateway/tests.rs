@@ -10,19 +10,19 @@ use crate::gateway_model::{BackendTarget, GatewaySocket, RequestFacts};
 use crate::model::Settings;
 use crate::world::World;
 
-fn parse<T: serde::de::DeserializeOwned>(v: Value) -> T {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(v: Value) -> T {
     match serde_json::from_value(v) {
         Ok(t) => t,
         Err(e) => panic!("test object: {e}"),
     }
 }
 
-fn meta(ns: &str, name: &str, age: i64) -> Value {
+pub(super) fn meta(ns: &str, name: &str, age: i64) -> Value {
     json!({"namespace": ns, "name": name, "generation": 1,
            "creationTimestamp": format!("2026-01-01T00:00:{:02}Z", age)})
 }
 
-fn world() -> World {
+pub(super) fn world() -> World {
     let mut w = World::new();
     w.gateway_classes.insert(
         (String::new(), "sluice".into()),
@@ -66,7 +66,7 @@ fn route(w: &mut World, ns: &str, name: &str, age: i64, spec: Value) {
     );
 }
 
-fn opts() -> GatewayOptions {
+pub(super) fn opts() -> GatewayOptions {
     GatewayOptions {
         addresses: vec![
             "198.18.0.16"
@@ -80,12 +80,12 @@ fn opts() -> GatewayOptions {
     }
 }
 
-fn run(w: &World) -> (Vec<GatewaySocket>, GatewayStatuses) {
+pub(super) fn run(w: &World) -> (Vec<GatewaySocket>, GatewayStatuses) {
     let o = translate(w, &opts(), &Settings::default());
     (o.sockets, o.status)
 }
 
-fn has(conds: &[Cond], kind: &str, status: bool, reason: &str) -> bool {
+pub(super) fn has(conds: &[Cond], kind: &str, status: bool, reason: &str) -> bool {
     conds
         .iter()
         .any(|c| c.kind == kind && c.status == status && c.reason == reason)

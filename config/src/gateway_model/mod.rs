@@ -52,8 +52,25 @@ pub struct GatewayListener {
     pub hostname: Hostname,
     /// HTTPS: the Secrets of its `certificateRefs` (all resolved and valid).
     pub certificates: Vec<ObjectRef>,
+    /// HTTPS: the client-certificate validation its Gateway's `spec.tls.frontend` asks of
+    /// connections to it (per port, else the default).
+    pub client_validation: Option<ClientValidation>,
     /// The rules of the routes attached to it, by effective hostname, most specific first.
     pub hosts: Vec<HostRules>,
+}
+
+/// Client-certificate validation of an HTTPS listener (a Gateway's `spec.tls.frontend`): the
+/// handshake asks for a certificate and, unless `insecure_fallback`, refuses a connection
+/// without one that chains to `ca_pem`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientValidation {
+    /// The CA bundle (PEM): the `ca.crt` of every usable reference.
+    pub ca_pem: Vec<u8>,
+    /// The ConfigMaps it came from.
+    pub sources: Vec<ObjectRef>,
+    /// `AllowInsecureFallback`: a certificate is asked for, but a connection without one or
+    /// with one that does not verify is served too (the backend decides).
+    pub insecure_fallback: bool,
 }
 
 impl GatewayListener {

@@ -52,8 +52,8 @@ pub struct Rebuilder {
     pools: crate::endpoints::Pools,
     published: watch::Sender<Published>,
     ingress_changed: watch::Sender<u64>,
-    /// ConfigMaps some Ingress names in `custom-headers` (as of the last rebuild): a change
-    /// to any other ConfigMap rebuilds nothing.
+    /// ConfigMaps some Ingress names in `custom-headers` or some Gateway as a frontend CA (as
+    /// of the last rebuild): a change to any other ConfigMap rebuilds nothing.
     referenced_config_maps: HashSet<Key>,
     /// Watches failing now, and why (shown in `/api/v1/status` while they fail).
     failing: std::collections::BTreeMap<KindId, String>,
@@ -285,6 +285,7 @@ impl Rebuilder {
             .ingresses
             .values()
             .filter_map(|i| sluice_config::translate::headers::reference(i))
+            .chain(sluice_config::gateway::frontend::config_maps(&self.world))
             .collect();
         let problems = translation.snapshot.problems().to_vec();
         let outcome = self.dp.apply(translation.snapshot);

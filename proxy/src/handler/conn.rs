@@ -9,6 +9,7 @@ use http::HeaderValue;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use crate::policy::auth::client_cert::ClientCert;
+use crate::policy::auth::frontend::FrontendAuth;
 use crate::wire::forwarded::ProxyHeaders;
 
 /// Facts about the client connection a request arrived on.
@@ -37,6 +38,9 @@ pub struct ConnInfo {
     /// The connection came in on a Gateway's socket: its requests are routed by the
     /// Gateway API's rules for that socket, never by the Ingress routes.
     pub gateway: bool,
+    /// The Gateway listener's client-certificate validation the handshake passed: requests
+    /// may go to listeners with the same CAs only (see `FrontendAuth::admits`).
+    pub frontend: Option<Arc<FrontendAuth>>,
 }
 
 /// A client connection's place under `--max-connections`, shared by whatever serves it: the
@@ -111,6 +115,7 @@ impl ConnInfo {
             client_cert: None,
             sni: None,
             gateway: false,
+            frontend: None,
         }
     }
 
@@ -127,6 +132,13 @@ impl ConnInfo {
     pub fn with_handshake(mut self, sni: Option<&str>, cert: Option<ClientCert>) -> Self {
         self.sni = sni.map(|s| Arc::from(s.to_ascii_lowercase()));
         self.client_cert = cert.map(Arc::new);
+        self
+    }
+
+    /// The same facts with the Gateway listener validation its handshake passed.
+    #[must_use]
+    pub fn with_frontend(mut self, passed: Option<Arc<FrontendAuth>>) -> Self {
+        self.frontend = passed;
         self
     }
 

@@ -193,18 +193,18 @@ async fn serve_tls<S>(
         .then(|| ctx.policed.get(policy, base))
         .flatten();
     let base = policed.as_ref().unwrap_or(base);
+    if ctx.gateway && {
+        let table = ctx.dp.routes();
+        table
+            .gateway()
+            .validates_clients(table.snapshot(), info.local)
+    } {
+        gateway_validated(stream, info, ctx, watcher, (base, accepted)).await;
+        return;
+    }
     if !ctx.fresh.peek {
         let tls = (base, None);
-        terminate(
-            stream,
-            info,
-            ctx,
-            watcher,
-            accepted,
-            ctx.handshake_timeout,
-            tls,
-        )
-        .await;
+        terminate(stream, info, ctx, watcher, accepted, tls).await;
         return;
     }
     // Some host is passed through or asks for client certificates: read the ClientHello's
@@ -232,37 +232,76 @@ async fn serve_tls<S>(
             .get(a, (base, policy), |k| table.has_client_auth_rules(k))
     });
     drop(table);
-    let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
     let tls = match &acceptor {
         Some(a) => (a, host_auth),
         None => (base, None),
     };
-    terminate(
-        Prefixed::new(hello, stream),
-        info,
-        ctx,
-        watcher,
-        accepted,
-        remaining,
-        tls,
-    )
-    .await;
+    let stream = Prefixed::new(hello, stream);
+    terminate(stream, info, ctx, watcher, accepted, tls).await;
 }
 
-/// sluice's own TLS on an accepted stream, then [`serve_conn`].
+/// A connection on a Gateway socket where some listener validates client certificates: the
+/// ClientHello's server name picks the listener, whose validation the handshake applies
+/// (`AllowValidOnly`: no valid certificate, no connection). A validation that cannot be
+/// applied closes the connection; it never lets it through unchecked.
+async fn gateway_validated<S>(
+    mut stream: S,
+    info: Arc<ConnInfo>,
+    ctx: &ConnCtx,
+    watcher: Watcher,
+    (base, accepted): (&TlsAcceptor, std::time::Instant),
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
+{
+    let Some((hello, name)) = passthrough::read_hello(&mut stream, ctx.handshake_timeout).await
+    else {
+        ctx.dp.handshakes.timeout();
+        return;
+    };
+    let mut buf = sluice_config::host::HostBuf::default();
+    let name = name
+        .as_deref()
+        .and_then(|n| sluice_config::host::normalize_request_host(n, &mut buf));
+    let (acceptor, info) = {
+        let table = ctx.dp.routes();
+        let gateway = table.gateway();
+        match gateway.frontend(table.snapshot(), info.local, name) {
+            None => (base.clone(), info),
+            Some(Err(why)) => {
+                tracing::debug!(local = %info.local, %why, "client-certificate validation unusable; closed");
+                return;
+            }
+            Some(Ok(f)) => {
+                let policy = &ctx.fresh.server_tls;
+                let Some(a) = ctx
+                    .frontend
+                    .get(&f, (base, policy), |k| gateway.holds_frontend(k))
+                else {
+                    return;
+                };
+                (a, Arc::new(ConnInfo::clone(&info).with_frontend(Some(f))))
+            }
+        }
+    };
+    let stream = Prefixed::new(hello, stream);
+    terminate(stream, info, ctx, watcher, accepted, (&acceptor, None)).await;
+}
+
+/// sluice's own TLS on an accepted stream (within what is left of the handshake timeout since
+/// `accepted`), then [`serve_conn`].
 async fn terminate<S>(
     stream: S,
     info: Arc<ConnInfo>,
     ctx: &ConnCtx,
     watcher: Watcher,
     accepted: std::time::Instant,
-    handshake_timeout: Duration,
     (acceptor, host_auth): (&TlsAcceptor, Option<Arc<ClientAuth>>),
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + Finish + 'static,
 {
     let client = info.remote;
-    match handshake(acceptor, stream, handshake_timeout).await {
+    let remaining = ctx.handshake_timeout.saturating_sub(accepted.elapsed());
+    match handshake(acceptor, stream, remaining).await {
         Ok(tls) => {
             let hs = &ctx.dp.handshakes;
             hs.ok(tls.get_ref().1.protocol_version(), accepted.elapsed());

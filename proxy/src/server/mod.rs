@@ -38,6 +38,7 @@ use crate::io::activity::{Activity, IDLE_TIMEOUT, SendDeadline, Watched};
 use crate::io::coalesce::Coalesce;
 use crate::io::finish::Finish;
 use crate::io::prefixed::Prefixed;
+use crate::policy::auth::frontend::FrontendAuth;
 use crate::state::dataplane::DataPlane;
 use accepted::{Accepted, Plain, Tls, connection};
 use close_idle::{CloseIdle, IdleWatch};
@@ -152,6 +153,7 @@ impl Server {
             limit: Arc::clone(&self.limit),
             tls,
             client_auth: Arc::default(),
+            frontend: Arc::default(),
             policed: Arc::default(),
             builder: Arc::new(builder(&self.opts)),
             close_idle: Arc::clone(&self.close_idle),
@@ -189,6 +191,7 @@ impl Server {
                 limit: Arc::clone(&self.limit),
                 tls: None,
                 client_auth: Arc::default(),
+                frontend: Arc::default(),
                 policed: Arc::default(),
                 builder: Arc::new(builder(&self.opts)),
                 close_idle: Arc::clone(&self.close_idle),
@@ -306,6 +309,7 @@ struct AcceptCtx {
     limit: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
+    frontend: Arc<tls::ClientAuthAcceptors<FrontendAuth>>,
     policed: Arc<tls::PolicyAcceptor>,
     builder: Arc<auto::Builder<ConnExec>>,
     close_idle: Arc<CloseIdle>,
@@ -443,6 +447,7 @@ async fn accept_loop(
             dp: Arc::clone(&ctx.dp),
             tls: ctx.tls.clone(),
             client_auth: Arc::clone(&ctx.client_auth),
+            frontend: Arc::clone(&ctx.frontend),
             policed: Arc::clone(&ctx.policed),
             builder: Arc::clone(&ctx.builder),
             handshake_timeout: ctx.opts.tls_handshake_timeout,
@@ -486,6 +491,8 @@ struct ConnCtx {
     dp: Arc<DataPlane>,
     tls: Option<TlsAcceptor>,
     client_auth: Arc<tls::ClientAuthAcceptors>,
+    /// Acceptors for Gateway listeners that validate client certificates.
+    frontend: Arc<tls::ClientAuthAcceptors<FrontendAuth>>,
     policed: Arc<tls::PolicyAcceptor>,
     builder: Arc<auto::Builder<ConnExec>>,
     handshake_timeout: Duration,

@@ -7,17 +7,15 @@
 use std::sync::Arc;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme, version};
+use rustls::{ServerConfig, version};
 use sluice_config::ServerTls;
 use sluice_config::host::{HostBuf, normalize_request_host};
 
 use crate::crypto::{backend, provider};
-use crate::policy::auth::client_cert::ClientAuth;
+use crate::policy::auth::client_cert::{AsksForCertificates, ClientAuth};
 use crate::state::certs::CertStore;
 
 /// The rustls resolver over the swappable store.
@@ -82,78 +80,18 @@ pub fn config_with(
     Ok(Arc::new(cfg))
 }
 
-/// A host's client-certificate verifier: asks for a certificate (hinting the host's CAs)
-/// without requiring one, and checks only that the client holds the key of what it presents.
-/// Whether the chain verifies is the route's decision after the handshake
-/// ([`ClientAuth::judge`]), as nginx decides it per request: a missing or unverified
-/// certificate then gets its 400 (or `auth-tls-error-page`), not a bare handshake alert.
-#[derive(Debug)]
-pub struct HostVerifier {
-    /// The host's rules.
-    pub auth: Arc<ClientAuth>,
-}
-
-impl ClientCertVerifier for HostVerifier {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.auth.verifier.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.auth
-            .verifier
-            .verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.auth
-            .verifier
-            .verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.auth.verifier.supported_verify_schemes()
-    }
-}
-
-/// The config of a host that asks for client certificates: `base`'s certificates and ALPN with
-/// the host's verifier. No session resumption: a resumed session would skip the certificate
-/// check the route relies on being fresh for this host's CAs.
+/// The config of a host or listener that asks for client certificates: `base`'s certificates
+/// and ALPN with `verifier`. No session resumption: a resumed session would skip the
+/// certificate check, which must be fresh for these CAs.
 pub fn client_auth_config(
     base: &ServerConfig,
     policy: &ServerTls,
-    auth: Arc<ClientAuth>,
+    verifier: Arc<dyn ClientCertVerifier>,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
     // The listener's suites (its provider) and versions: the ConfigMap's TLS policy included.
     let mut cfg = ServerConfig::builder_with_provider(Arc::clone(base.crypto_provider()))
         .with_protocol_versions(&versions(policy))?
-        .with_client_cert_verifier(Arc::new(HostVerifier { auth }))
+        .with_client_cert_verifier(verifier)
         .with_cert_resolver(Arc::clone(&base.cert_resolver));
     cfg.alpn_protocols = base.alpn_protocols.clone();
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
@@ -161,35 +99,37 @@ pub fn client_auth_config(
     Ok(Arc::new(cfg))
 }
 
-/// A listener's acceptors for hosts that ask for client certificates, one per host rules,
-/// built on a host's first handshake after its rules changed. Looked up without a lock; an
-/// acceptor whose rules left the route table is dropped when the next one is built.
-#[derive(Default)]
-pub struct ClientAuthAcceptors(ArcSwap<Vec<ClientAuthEntry>>);
+/// A listener's acceptors for hosts (or Gateway listeners) that ask for client certificates,
+/// one per set of rules `K`, built on the first handshake after the rules changed. Looked up
+/// without a lock; an acceptor whose rules left the route table is dropped when the next one
+/// is built.
+pub struct ClientAuthAcceptors<K = ClientAuth>(ArcSwap<Vec<ClientAuthEntry<K>>>);
+
+impl<K> Default for ClientAuthAcceptors<K> {
+    fn default() -> Self {
+        Self(ArcSwap::default())
+    }
+}
 
 /// One host's acceptor: its rules, the config it was made from (the listener's, with the TLS
 /// policy of the time), and the acceptor.
-type ClientAuthEntry = (
-    Arc<ClientAuth>,
-    Arc<ServerConfig>,
-    tokio_rustls::TlsAcceptor,
-);
+type ClientAuthEntry<K> = (Arc<K>, Arc<ServerConfig>, tokio_rustls::TlsAcceptor);
 
-impl std::fmt::Debug for ClientAuthAcceptors {
+impl<K> std::fmt::Debug for ClientAuthAcceptors<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ClientAuthAcceptors({} hosts)", self.0.load().len())
     }
 }
 
-impl ClientAuthAcceptors {
+impl<K: AsksForCertificates> ClientAuthAcceptors<K> {
     /// The acceptor for `auth`, made from `base`'s config; `live` says which rules the current
-    /// route table still holds. `None` if rustls refused the config (the handshake then asks
-    /// for no certificate and the route refuses the request).
+    /// route table still holds. `None` if rustls refused the config (logged; see the callers
+    /// for what the connection then gets).
     pub fn get(
         &self,
-        auth: &Arc<ClientAuth>,
+        auth: &Arc<K>,
         (base, policy): (&tokio_rustls::TlsAcceptor, &ServerTls),
-        live: impl Fn(&Arc<ClientAuth>) -> bool,
+        live: impl Fn(&Arc<K>) -> bool,
     ) -> Option<tokio_rustls::TlsAcceptor> {
         let from = base.config();
         if let Some((_, _, a)) = self
@@ -200,7 +140,7 @@ impl ClientAuthAcceptors {
         {
             return Some(a.clone());
         }
-        let cfg = match client_auth_config(from, policy, Arc::clone(auth)) {
+        let cfg = match client_auth_config(from, policy, auth.handshake_verifier()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "client certificate config refused");

@@ -49,9 +49,12 @@ pub(crate) async fn serve(
                 query: req.uri().query(),
                 header: &|name: &str| headers.get(name).and_then(|v| v.to_str().ok()),
             };
-            table
-                .gateway()
-                .find(table.snapshot(), conn.local, host, &facts)
+            table.gateway().find(
+                table.snapshot(),
+                (conn.local, conn.frontend.as_deref()),
+                host,
+                &facts,
+            )
         };
         let found = find(&view);
         if *view != *path
@@ -62,6 +65,7 @@ pub(crate) async fn serve(
         }
         match found {
             Found::None => return respond_local(dp, Local::NoRoute, version),
+            Found::Misdirected => return respond_local(dp, Local::Misdirected, version),
             Found::Rule(rule, compiled) => (rule, compiled),
         }
     };

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use http::HeaderValue;
 use regex::Regex;
 use rustls::RootCertStore;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::ClientCertVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use sluice_config::route_policy::{ClientCertAuth, VerifyClient};
 
 use crate::crypto::provider;
@@ -214,6 +216,77 @@ fn url_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// A client-certificate verifier that asks for a certificate (hinting `inner`'s CAs) without
+/// requiring one, and checks only that the client holds the key of what it presents. For an
+/// Ingress host, whether the chain verifies is the route's decision after the handshake
+/// ([`ClientAuth::judge`]), as nginx decides it per request: a missing or unverified
+/// certificate then gets its 400 (or `auth-tls-error-page`), not a bare handshake alert. For a
+/// Gateway listener in `AllowInsecureFallback` mode nobody judges it: the backend decides.
+#[derive(Debug)]
+pub struct AskingVerifier {
+    /// The CA bundle's verifier (its hints and signature checks).
+    pub inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for AskingVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Rules that ask for client certificates: the verifier their handshakes use.
+pub trait AsksForCertificates {
+    /// The verifier of a handshake under these rules.
+    fn handshake_verifier(&self) -> Arc<dyn ClientCertVerifier>;
+}
+
+impl AsksForCertificates for ClientAuth {
+    fn handshake_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::new(AskingVerifier {
+            inner: Arc::clone(&self.verifier),
+        })
+    }
 }
 
 #[cfg(test)]

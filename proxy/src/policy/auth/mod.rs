@@ -9,6 +9,7 @@ pub mod cache;
 pub mod client_cert;
 pub mod digest;
 pub mod external;
+pub mod frontend;
 mod password;
 
 use std::collections::HashMap;

@@ -14,6 +14,7 @@ use sluice_config::gateway_model::{
 use sluice_config::{PathKind, PathMatch, Route, RouteAction, RouteOptions, Snapshot};
 
 use super::{Action, Compiler};
+use crate::policy::auth::frontend::FrontendAuth;
 
 /// A socket's key: the address it is bound to (`None`: every address) and its port.
 pub type SocketKey = (Option<IpAddr>, u16);
@@ -57,11 +58,17 @@ impl CompiledRule {
     }
 }
 
+/// A listener's client-certificate validation, compiled: `Err` when it could not be (its
+/// connections are closed; the reason was logged).
+pub type Frontend = Result<Arc<FrontendAuth>, Arc<str>>;
+
 /// One listener, compiled: per host bucket, per rule, its backends.
 #[derive(Debug, Default)]
 pub struct CompiledListener {
     /// The certificate served on an HTTPS listener.
     pub cert: Option<Arc<CertifiedKey>>,
+    /// Its client-certificate validation (`spec.tls.frontend`).
+    pub frontend: Option<Frontend>,
     /// `rules[host][rule]`, parallel to the snapshot listener's `hosts[host].rules[rule]`.
     pub rules: Vec<Vec<CompiledRule>>,
 }
@@ -80,6 +87,9 @@ pub struct GatewayTable {
 pub enum Found<'a> {
     /// No listener or rule matches: 404.
     None,
+    /// The host's listener validates client certificates and the connection's handshake did
+    /// not check its CAs (it named another host, or was made for another host): 421.
+    Misdirected,
     /// A rule: its data and its compiled backends.
     Rule(&'a GatewayRule, &'a CompiledRule),
 }
@@ -122,11 +132,12 @@ impl GatewayTable {
         Some((i, snapshot.gateway_sockets().get(i)?))
     }
 
-    /// Finds the rule for a request on the socket at `local`.
+    /// Finds the rule for a request on the socket at `local`, on a connection whose handshake
+    /// passed `passed`.
     pub fn find<'a>(
         &'a self,
         snapshot: &'a Snapshot,
-        local: SocketAddr,
+        (local, passed): (SocketAddr, Option<&FrontendAuth>),
         host: Option<&str>,
         req: &RequestFacts<'_>,
     ) -> Found<'a> {
@@ -140,13 +151,16 @@ impl GatewayTable {
             return Found::None;
         };
         let listener = &socket.listeners[li];
+        let compiled_listener = self.compiled.get(si).and_then(|l| l.get(li));
+        match compiled_listener.and_then(|l| l.frontend.as_ref()) {
+            Some(Ok(f)) if !f.admits(passed) => return Found::Misdirected,
+            Some(Err(_)) => return Found::Misdirected,
+            _ => {}
+        }
         let Some((hi, ri)) = listener.find_index(host, req) else {
             return Found::None;
         };
-        let compiled = self
-            .compiled
-            .get(si)
-            .and_then(|l| l.get(li))
+        let compiled = compiled_listener
             .and_then(|l| l.rules.get(hi))
             .and_then(|r| r.get(ri));
         match (
@@ -174,7 +188,7 @@ impl GatewayTable {
             query: None,
             header: &no_header,
         };
-        let Found::Rule(_, compiled) = self.find(snapshot, local, Some(sni), &facts) else {
+        let Found::Rule(_, compiled) = self.find(snapshot, (local, None), Some(sni), &facts) else {
             return None;
         };
         match compiled.pick()? {
@@ -186,15 +200,15 @@ impl GatewayTable {
         }
     }
 
-    /// The certificate for a TLS handshake on the socket at `local`: that of the most
-    /// specific listener whose hostname covers the server name (without one, the listener
-    /// without a hostname, else the first).
-    pub fn certificate(
+    /// The listener that answers a TLS handshake on the socket at `local`: the most specific
+    /// whose hostname covers the server name (without one, the listener without a hostname,
+    /// else the first), with the socket's compiled listeners.
+    fn handshake_listener(
         &self,
         snapshot: &Snapshot,
         local: SocketAddr,
         sni: Option<&str>,
-    ) -> Option<Arc<CertifiedKey>> {
+    ) -> Option<(usize, &[CompiledListener])> {
         let (si, socket) = self.socket(snapshot, local)?;
         let compiled = self.compiled.get(si)?;
         let li = match sni {
@@ -211,11 +225,51 @@ impl GatewayTable {
                 .position(|l| l.hostname == sluice_config::gateway_model::hostname::Hostname::Any)
         })
         .unwrap_or(0);
+        Some((li, compiled))
+    }
+
+    /// The certificate for a TLS handshake on the socket at `local`: its handshake listener's
+    /// (see [`Self::handshake_listener`]), else any listener's of the socket.
+    pub fn certificate(
+        &self,
+        snapshot: &Snapshot,
+        local: SocketAddr,
+        sni: Option<&str>,
+    ) -> Option<Arc<CertifiedKey>> {
+        let (li, compiled) = self.handshake_listener(snapshot, local, sni)?;
         compiled
             .get(li)?
             .cert
             .clone()
             .or_else(|| compiled.iter().find_map(|l| l.cert.clone()))
+    }
+
+    /// Whether some listener of the socket at `local` validates client certificates (its
+    /// handshakes then read the ClientHello first, to pick the listener's validation).
+    pub fn validates_clients(&self, snapshot: &Snapshot, local: SocketAddr) -> bool {
+        self.socket(snapshot, local)
+            .and_then(|(si, _)| self.compiled.get(si))
+            .is_some_and(|ls| ls.iter().any(|l| l.frontend.is_some()))
+    }
+
+    /// The client-certificate validation of a handshake with server name `sni` on the socket
+    /// at `local` (its handshake listener's); `None`: the listener asks for none.
+    pub fn frontend(
+        &self,
+        snapshot: &Snapshot,
+        local: SocketAddr,
+        sni: Option<&str>,
+    ) -> Option<Frontend> {
+        let (li, compiled) = self.handshake_listener(snapshot, local, sni)?;
+        compiled.get(li)?.frontend.clone()
+    }
+
+    /// Whether the table still holds this validation (its cached acceptor may stay).
+    pub fn holds_frontend(&self, f: &Arc<FrontendAuth>) -> bool {
+        self.compiled.iter().flatten().any(|l| match &l.frontend {
+            Some(Ok(g)) => Arc::ptr_eq(f, g),
+            _ => false,
+        })
     }
 }
 
@@ -234,12 +288,23 @@ fn compile_listener(
             }
         }
     });
+    let frontend = l.client_validation.as_ref().map(|v| {
+        FrontendAuth::compile(v).map(Arc::new).map_err(|e| {
+            tracing::warn!(gateway = %l.gateway, listener = %l.name, error = %e,
+                "Gateway listener's client-certificate validation unusable; its connections are closed");
+            Arc::from(e)
+        })
+    });
     let rules = l
         .hosts
         .iter()
         .map(|h| h.rules.iter().map(|r| compile_rule(r, cx)).collect())
         .collect();
-    CompiledListener { cert, rules }
+    CompiledListener {
+        cert,
+        frontend,
+        rules,
+    }
 }
 
 fn compile_rule(r: &GatewayRule, cx: &mut Compiler<'_>) -> CompiledRule {
