@@ -99,7 +99,8 @@ pub(super) fn plan<'w>(
         .collect();
     ours.sort_by_cached_key(|g| age(g));
     let addresses = assign_addresses(&ours, &opts.addresses, &opts.sticky);
-    ours.into_iter()
+    let mut plans: Vec<GatewayPlan<'w>> = ours
+        .into_iter()
         .zip(addresses)
         .map(|(g, (addr, address_problem))| {
             let key = crate::world::key_of(&g.metadata);
@@ -129,7 +130,42 @@ pub(super) fn plan<'w>(
                 listeners,
             }
         })
-        .collect()
+        .collect();
+    mark_shared_socket_conflicts(&mut plans);
+    plans
+}
+
+/// Gateways without addresses of their own share the node's socket per port: one socket
+/// speaks one protocol, so the oldest Gateway's listener decides it, and another Gateway's
+/// listener there with another protocol (HTTP beside HTTPS, or TLS passthrough beside HTTPS)
+/// is Conflicted (`ProtocolConflict`) and not served — never served in the wrong protocol.
+fn mark_shared_socket_conflicts(plans: &mut [GatewayPlan<'_>]) {
+    let mut taken: BTreeMap<(Option<IpAddr>, u16), (Proto, String)> = BTreeMap::new();
+    for g in plans.iter_mut() {
+        for l in g.listeners.iter_mut().filter(|l| l.attachable) {
+            let Some(proto) = l.proto else { continue };
+            let key = (g.addr, l.port);
+            match taken.get(&key) {
+                None => {
+                    taken.insert(key, (proto, g.gw_ref.to_string()));
+                }
+                Some((first, _)) if *first == proto => {}
+                Some((_, owner)) => {
+                    l.conflicted = Some(Cond::new(
+                        "Conflicted",
+                        true,
+                        "ProtocolConflict",
+                        format!(
+                            "port {} is already served with another protocol by {owner} (Gateways without addresses of their own share the node's socket; give them addresses with --gateway-addresses)",
+                            l.port
+                        ),
+                    ));
+                    l.attachable = false;
+                    l.programmed = false;
+                }
+            }
+        }
+    }
 }
 
 /// A Gateway's address, or why it has none: `(reason, message)`.

@@ -426,4 +426,6 @@ pub fn unreadable_problems(world: &World) -> Vec<crate::model::Problem> {
 #[cfg(test)]
 mod frontend_tests;
 #[cfg(test)]
+mod socket_tests;
+#[cfg(test)]
 mod tests;

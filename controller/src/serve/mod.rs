@@ -90,7 +90,10 @@ impl FileProvider {
         {
             return Ok(ApplyOutcome::Unchanged);
         }
-        let snapshot = translate(&self.set.world(), &self.opts);
+        let read = seen.elapsed();
+        let world = self.set.world();
+        let snapshot = translate(&world, &self.opts);
+        let translated = seen.elapsed();
         let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
         for p in now.difference(&self.reported) {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
@@ -98,6 +101,8 @@ impl FileProvider {
         self.reported = now;
         self.pools = crate::endpoints::Pools::of(&snapshot);
         let outcome = self.dp.apply(snapshot);
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let (applied, total) = (seen.elapsed() - translated, seen.elapsed());
         if let ApplyOutcome::Applied {
             generation,
             clusters_created,
@@ -110,6 +115,10 @@ impl FileProvider {
                 clusters_created,
                 clusters_removed,
                 endpoint_swaps,
+                read_ms = ms(read),
+                translate_ms = ms(translated - read),
+                apply_ms = ms(applied),
+                total_ms = ms(total),
                 "configuration applied"
             );
         }
