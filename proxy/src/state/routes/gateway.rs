@@ -229,7 +229,7 @@ impl GatewayTable {
     }
 
     /// The certificate for a TLS handshake on the socket at `local`: its handshake listener's
-    /// (see [`Self::handshake_listener`]), else any listener's of the socket.
+    /// (the most specific whose hostname covers the server name), else any listener's of the socket.
     pub fn certificate(
         &self,
         snapshot: &Snapshot,
