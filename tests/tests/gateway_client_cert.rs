@@ -157,6 +157,33 @@ async fn gateway_listeners_validate_client_certificates_in_the_handshake() {
         "a listener without a usable CA is not served at all"
     );
 
+    // The listeners' certificates are in the admin API's certificates document.
+    let certs = get(
+        &client(),
+        s.running.admin_addr,
+        "localhost",
+        "/api/v1/certificates",
+    )
+    .await
+    .unwrap()
+    .text();
+    let docs: serde_json::Value = serde_json::from_str(&certs).unwrap();
+    let row = docs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["host"] == "strict.test (Gateway default/strict listener strict)")
+        .unwrap_or_else(|| panic!("no row for the strict listener: {certs}"));
+    assert_eq!(row["secret"], "default/server-tls");
+    assert_eq!(
+        row["serial"].as_str().map(str::to_ascii_lowercase),
+        Some(
+            pem_serial(&server_cert)
+                .replace(':', "")
+                .to_ascii_lowercase()
+        )
+    );
+
     // The CA arrives: the listener opens, validated.
     m.write("late.yaml", &ca_config_map("late-ca", &pki.ca_pem));
     assert!(

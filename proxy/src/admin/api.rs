@@ -390,7 +390,8 @@ pub struct CertificateView {
     pub days_left: i64,
 }
 
-/// Builds the certificates document: each host's served certificate(s), then the default.
+/// Builds the certificates document: each host's served certificate(s), the Gateway
+/// listeners' certificates, then the default.
 pub fn certificates(dp: &DataPlane) -> Vec<CertificateView> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -424,6 +425,19 @@ pub fn certificates(dp: &DataPlane) -> Vec<CertificateView> {
         })
         .collect();
     out.sort_by(|a, b| a.host.cmp(&b.host).then(a.key.cmp(b.key)));
+    // Gateway listeners' certificates: the listener's hostname, and which listener it is.
+    let table = dp.routes();
+    let mut listeners: Vec<CertificateView> = table
+        .gateway()
+        .listener_certificates(table.snapshot())
+        .map(|(l, c)| {
+            let host = format!("{} ({} listener {})", l.hostname, l.gateway, l.name);
+            let secret = l.certificates.first().map(name_of).unwrap_or_default();
+            view(host, secret, c)
+        })
+        .collect();
+    listeners.sort_by(|a, b| a.host.cmp(&b.host));
+    out.extend(listeners);
     let default_secret = dp
         .settings
         .default_certificate

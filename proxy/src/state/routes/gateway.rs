@@ -15,6 +15,7 @@ use sluice_config::{PathKind, PathMatch, Route, RouteAction, RouteOptions, Snaps
 
 use super::{Action, Compiler};
 use crate::policy::auth::frontend::FrontendAuth;
+use crate::state::certs::LoadedCert;
 
 /// A socket's key: the address it is bound to (`None`: every address) and its port.
 pub type SocketKey = (Option<IpAddr>, u16);
@@ -65,8 +66,8 @@ pub type Frontend = Result<Arc<FrontendAuth>, Arc<str>>;
 /// One listener, compiled: per host bucket, per rule, its backends.
 #[derive(Debug, Default)]
 pub struct CompiledListener {
-    /// The certificate served on an HTTPS listener.
-    pub cert: Option<Arc<CertifiedKey>>,
+    /// The certificate served on an HTTPS listener (with its facts, for the admin API).
+    pub cert: Option<Arc<LoadedCert>>,
     /// Its client-certificate validation (`spec.tls.frontend`).
     pub frontend: Option<Frontend>,
     /// `rules[host][rule]`, parallel to the snapshot listener's `hosts[host].rules[rule]`.
@@ -240,8 +241,23 @@ impl GatewayTable {
         compiled
             .get(li)?
             .cert
-            .clone()
-            .or_else(|| compiled.iter().find_map(|l| l.cert.clone()))
+            .as_ref()
+            .or_else(|| compiled.iter().find_map(|l| l.cert.as_ref()))
+            .map(|c| Arc::clone(&c.key))
+    }
+
+    /// Every served listener certificate: the listener (its Gateway, name and hostname), the
+    /// Secret, and the certificate.
+    pub fn listener_certificates<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+    ) -> impl Iterator<Item = (&'a GatewayListener, &'a LoadedCert)> + 'a {
+        snapshot
+            .gateway_sockets()
+            .iter()
+            .zip(&self.compiled)
+            .flat_map(|(s, ls)| s.listeners.iter().zip(ls))
+            .filter_map(|(l, c)| Some((l, c.cert.as_deref()?)))
     }
 
     /// Whether some listener of the socket at `local` validates client certificates (its
@@ -281,7 +297,7 @@ fn compile_listener(
     let cert = l.certificates.first().and_then(|secret| {
         let pem = snapshot.certificates().get(secret)?;
         match crate::state::certs::load_pem(&pem.cert_pem, &pem.key_pem) {
-            Ok(c) => Some(c.key),
+            Ok(c) => Some(Arc::new(c)),
             Err(e) => {
                 tracing::warn!(%secret, error = %e, "Gateway listener certificate unusable");
                 None
