@@ -6,6 +6,7 @@
 pub mod frontend;
 mod grpc;
 mod listeners;
+mod memo;
 mod refs;
 mod routes;
 pub mod status;
@@ -20,6 +21,7 @@ use crate::gateway_model::{GatewayListener, GatewaySocket, HostRules, hostname};
 use crate::model::{Certificates, ClusterKey, ClusterSpec, ObjectRef, Settings};
 use crate::world::World;
 use listeners::Proto;
+pub use memo::{MemoStats, RouteMemo};
 use status::{ClassState, Cond, GatewayState, GatewayStatuses, ListenerState};
 
 /// The `spec.controllerName` of GatewayClasses sluice runs.
@@ -100,8 +102,8 @@ pub struct GatewayOutput {
     /// The sockets to listen on, with their rules, sorted by address and port.
     pub sockets: Vec<GatewaySocket>,
     /// Pools the rules use (merged into the snapshot's; an Ingress's pool for the same Service
-    /// port is the same pool).
-    pub clusters: Vec<ClusterSpec>,
+    /// port is the same pool). Shared with the memo's compiled routes.
+    pub clusters: Vec<Arc<ClusterSpec>>,
     /// Certificates the HTTPS listeners use.
     pub certificates: Certificates,
     /// Status of every object of ours.
@@ -113,19 +115,41 @@ pub struct GatewayOutput {
 
 /// Translates the Gateway API objects of the world.
 pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> GatewayOutput {
+    translate_with(world, opts, settings, None)
+}
+
+/// [`translate`], reusing the routes `memo` compiled in earlier translations where neither
+/// they nor what they read changed (the output is the same as without it).
+pub fn translate_with(
+    world: &World,
+    opts: &GatewayOptions,
+    settings: &Settings,
+    mut memo: Option<&mut RouteMemo>,
+) -> GatewayOutput {
+    let pool = (&settings.balance, settings.max_in_flight);
+    if let Some(m) = memo.as_deref_mut() {
+        m.begin(world, pool);
+    }
     let classes = listeners::our_classes(world, opts);
     let mut plans = listeners::plan(world, opts, &classes);
     let mut out = GatewayOutput::default();
     // Routes, oldest first (their order does not change the rules' precedence, which carries
     // the age, but it keeps the output stable); GRPCRoutes as the HTTPRoutes they amount to.
-    let mut routes: Vec<(&'static str, std::borrow::Cow<'_, HTTPRoute>)> = world
+    let mut routes: Vec<(&'static str, std::borrow::Cow<'_, HTTPRoute>, memo::Origin)> = world
         .http_routes
         .values()
-        .map(|r| ("HTTPRoute", std::borrow::Cow::Borrowed(&**r)))
+        .map(|r| {
+            let origin = memo::Origin::Http(Arc::clone(r));
+            ("HTTPRoute", std::borrow::Cow::Borrowed(&**r), origin)
+        })
         .collect();
     for g in world.grpc_routes.values() {
         match grpc::as_http(g) {
-            Ok(h) => routes.push(("GRPCRoute", std::borrow::Cow::Owned(h))),
+            Ok(h) => routes.push((
+                "GRPCRoute",
+                std::borrow::Cow::Owned(h),
+                memo::Origin::Grpc(Arc::clone(g)),
+            )),
             Err(why) => {
                 let key = crate::world::key_of(&g.metadata);
                 out.unreadable_routes.push(("GRPCRoute", key, why));
@@ -134,51 +158,75 @@ pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> G
     }
     for t in world.tls_routes.values() {
         match tls_route::as_http(t) {
-            Ok(h) => routes.push(("TLSRoute", std::borrow::Cow::Owned(h))),
+            Ok(h) => routes.push((
+                "TLSRoute",
+                std::borrow::Cow::Owned(h),
+                memo::Origin::Tls(Arc::clone(t)),
+            )),
             Err(why) => {
                 let key = crate::world::key_of(&t.metadata);
                 out.unreadable_routes.push(("TLSRoute", key, why));
             }
         }
     }
-    routes.sort_by_cached_key(|(kind, r)| {
-        (
-            r.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            crate::world::key_of(&r.metadata),
-            *kind,
-        )
-    });
-    // (gateway, listener) → hostname → ranked rules.
-    let mut placed: BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<routes::Ranked>>> =
-        BTreeMap::new();
-    for (kind, r) in &routes {
-        let Some(o) = routes::route(
-            world,
-            &mut plans,
-            r,
-            (&settings.balance, settings.max_in_flight),
-            kind,
-        ) else {
+    routes.sort_by(|a, b| route_order(a.0, &a.1).cmp(&route_order(b.0, &b.1)));
+    let mut placed = Placed::new();
+    // Every attached route's compiled rules, which `placed` points into.
+    let mut attached: Vec<Arc<routes::Compiled>> = Vec::new();
+    if let Some(m) = memo.as_deref_mut() {
+        m.attach_context(memo::AttachContext::of(&plans, world));
+    }
+    // Statuses by kind, in route order, made maps at the end in one pass each.
+    let mut statuses: [Vec<(crate::world::Key, Arc<status::RouteState>)>; 3] = Default::default();
+    for (kind, r, origin) in routes {
+        let compile = || routes::compile(world, &r, pool, kind);
+        let mut attach = |c| routes::route(world, &mut plans, &r, c, kind);
+        let (o, replay) = match memo.as_deref_mut() {
+            Some(m) => m.route(origin, compile, attach),
+            None => (attach(Arc::new(compile())).map(Arc::new), false),
+        };
+        let Some(o) = o else {
             continue;
         };
-        let statuses = match *kind {
-            "GRPCRoute" => &mut out.status.grpc_routes,
-            "TLSRoute" => &mut out.status.tls_routes,
-            _ => &mut out.status.routes,
-        };
-        statuses.insert(crate::world::key_of(&r.metadata), o.status);
-        out.clusters.extend(o.clusters);
-        for (gi, li, host) in o.placements {
-            let bucket = placed.entry((gi, li)).or_default().entry(host).or_default();
-            for rule in &o.rules {
-                bucket.push(routes::Ranked {
-                    rank: rule.rank.clone(),
-                    rule: rule.rule.clone(),
-                });
+        if replay {
+            for &(gi, li) in &o.counted {
+                if let Some(l) = plans.get_mut(gi).and_then(|g| g.listeners.get_mut(li)) {
+                    l.attached += 1;
+                }
             }
         }
+        let by_kind = match kind {
+            "GRPCRoute" => 1,
+            "TLSRoute" => 2,
+            _ => 0,
+        };
+        statuses[by_kind].push((crate::world::key_of(&r.metadata), Arc::clone(&o.status)));
+        out.clusters.extend(o.compiled.clusters.iter().cloned());
+        let ci = attached.len();
+        for (gi, li, host) in &o.placements {
+            let bucket = placed
+                .entry((*gi, *li))
+                .or_default()
+                .entry(host.clone())
+                .or_default();
+            bucket.extend((0..o.compiled.rules.len()).map(|ri| (ci, ri)));
+        }
+        attached.push(Arc::clone(&o.compiled));
     }
-    out.sockets = sockets(world, &plans, placed, &mut out.certificates);
+    let [http, grpc, tls] = statuses.map(|mut v| {
+        // Stable: of two routes with one key, the later wins, as an insert would have it.
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().collect::<BTreeMap<_, _>>()
+    });
+    (
+        out.status.routes,
+        out.status.grpc_routes,
+        out.status.tls_routes,
+    ) = (http, grpc, tls);
+    if let Some(m) = memo {
+        m.finish();
+    }
+    out.sockets = sockets(world, &plans, (placed, &attached), &mut out.certificates);
     for (name, c) in &classes {
         out.status.classes.insert(
             name.clone(),
@@ -195,12 +243,37 @@ pub fn translate(world: &World, opts: &GatewayOptions, settings: &Settings) -> G
     out
 }
 
+/// The order routes are read in: oldest first, then by namespace and name (keys borrowed, not
+/// built: this runs on every change).
+fn route_order<'a>(
+    kind: &'static str,
+    r: &'a HTTPRoute,
+) -> (
+    Option<k8s_openapi::jiff::Timestamp>,
+    &'a str,
+    &'a str,
+    &'static str,
+) {
+    (
+        r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        r.metadata.namespace.as_deref().unwrap_or_default(),
+        r.metadata.name.as_deref().unwrap_or_default(),
+        kind,
+    )
+}
+
+/// `(gateway, listener)` → effective hostname → the rules placed there, each as `(route,
+/// rule)` indices into the attached routes' compiled rules (an index, not a copy of the rule's
+/// precedence key, which holds the route's name).
+type Placed = BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<(usize, usize)>>>;
+
 fn sockets(
     world: &World,
     plans: &[listeners::GatewayPlan<'_>],
-    mut placed: BTreeMap<(usize, usize), BTreeMap<hostname::Hostname, Vec<routes::Ranked>>>,
+    (mut placed, attached): (Placed, &[Arc<routes::Compiled>]),
     certs: &mut Certificates,
 ) -> Vec<GatewaySocket> {
+    let ranked = |&(ci, ri): &(usize, usize)| attached.get(ci).and_then(|c| c.rules.get(ri));
     let mut by_key: BTreeMap<(Option<IpAddr>, u16), GatewaySocket> = BTreeMap::new();
     for (gi, g) in plans.iter().enumerate() {
         for (li, l) in g.listeners.iter().enumerate() {
@@ -212,10 +285,16 @@ fn sockets(
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(host, mut rules)| {
-                    rules.sort_by(|a, b| a.rank.cmp(&b.rank));
+                    rules.sort_by(|a, b| {
+                        let rank = |x| ranked(x).map(|r| &r.rank);
+                        rank(a).cmp(&rank(b))
+                    });
                     HostRules {
                         host,
-                        rules: rules.into_iter().map(|r| r.rule).collect(),
+                        rules: rules
+                            .iter()
+                            .filter_map(|x| Some(Arc::clone(&ranked(x)?.rule)))
+                            .collect(),
                     }
                 })
                 .collect();
@@ -425,6 +504,8 @@ pub fn unreadable_problems(world: &World) -> Vec<crate::model::Problem> {
 
 #[cfg(test)]
 mod frontend_tests;
+#[cfg(test)]
+mod memo_tests;
 #[cfg(test)]
 mod socket_tests;
 #[cfg(test)]

@@ -35,9 +35,12 @@ macro_rules! backend_ref {
 }
 
 /// A compiled match with its precedence key.
+#[derive(Debug)]
 pub(super) struct Ranked {
     pub rank: Rank,
-    pub rule: GatewayRule,
+    /// Shared: a route placed on several listeners and hosts holds one copy, and the data
+    /// plane keeps a rule's compiled backends while the snapshot hands it the same rule.
+    pub rule: std::sync::Arc<GatewayRule>,
 }
 
 /// The spec's precedence, smallest first: Exact paths, then (regular expressions and)
@@ -60,42 +63,59 @@ pub(super) type RouteAge = (Option<k8s_openapi::jiff::Timestamp>, Key);
 /// Where a route's rules go: `(gateway index, listener index, effective hostname)`.
 pub(super) type Placement = (usize, usize, Hostname);
 
-/// What one route contributes.
+/// What one route contributes (shared with the memo that may hand it to the next
+/// translation).
+#[derive(Debug)]
 pub(super) struct RouteOutcome {
-    pub status: RouteState,
+    pub status: std::sync::Arc<RouteState>,
     pub placements: Vec<Placement>,
-    pub rules: Vec<Ranked>,
-    pub clusters: Vec<ClusterSpec>,
+    /// The listeners whose attached-route count it added one to, once per count.
+    pub counted: Vec<(usize, usize)>,
+    /// Its rules and pools.
+    pub compiled: std::sync::Arc<Compiled>,
 }
 
-/// Translates one route against the planned Gateways (counting its attachments on them).
-pub(super) fn route(
+/// Compiles a route's rules: its matches, filters and backends (what does not depend on the
+/// Gateways it attaches to).
+pub(super) fn compile(
     world: &World,
-    plans: &mut [GatewayPlan<'_>],
     r: &HTTPRoute,
     pool: (&BalancePolicy, Option<u32>),
     kind: &'static str,
-) -> Option<RouteOutcome> {
+) -> Compiled {
     let key = crate::world::key_of(&r.metadata);
     let src = ObjectRef::new(kind, key.0.clone(), key.1.clone());
     let age: RouteAge = (
         r.metadata.creation_timestamp.as_ref().map(|t| t.0),
         key.clone(),
     );
-    let hostnames: Vec<Hostname> = match r.spec.hostnames.as_deref() {
-        None | Some([]) => vec![Hostname::Any],
-        Some(h) => h.iter().map(|h| Hostname::parse(Some(h))).collect(),
-    };
-    let compiled = compile_rules(
+    compile_rules(
         world,
         &src,
         &key.0,
         r.spec.rules.as_deref().unwrap_or_default(),
         &age,
         pool,
-    );
+    )
+}
+
+/// Attaches one route, its rules compiled, to the planned Gateways (counting its attachments
+/// on them).
+pub(super) fn route(
+    world: &World,
+    plans: &mut [GatewayPlan<'_>],
+    r: &HTTPRoute,
+    compiled: std::sync::Arc<Compiled>,
+    kind: &'static str,
+) -> Option<RouteOutcome> {
+    let key = crate::world::key_of(&r.metadata);
+    let hostnames: Vec<Hostname> = match r.spec.hostnames.as_deref() {
+        None | Some([]) => vec![Hostname::Any],
+        Some(h) => h.iter().map(|h| Hostname::parse(Some(h))).collect(),
+    };
     let mut parents = Vec::new();
     let mut placements = Vec::new();
+    let mut counted = Vec::new();
     for p in r.spec.parent_refs.as_deref().unwrap_or_default() {
         if p.group.as_deref().unwrap_or(GROUP) != GROUP
             || p.kind.as_deref().unwrap_or("Gateway") != "Gateway"
@@ -105,7 +125,7 @@ pub(super) fn route(
         let gw_ns = p.namespace.clone().unwrap_or_else(|| key.0.clone());
         let Some(gi) = plans
             .iter()
-            .position(|g| g.key == (gw_ns.clone(), p.name.clone()))
+            .position(|g| g.key.0 == gw_ns && g.key.1 == p.name)
         else {
             continue;
         };
@@ -116,7 +136,7 @@ pub(super) fn route(
             p,
             (kind, &key.0),
             &hostnames,
-            compiled.unsupported.as_ref(),
+            (compiled.unsupported.as_ref(), &mut counted),
         ) {
             Ok(mut placed) => {
                 placements.append(&mut placed);
@@ -140,13 +160,13 @@ pub(super) fn route(
         return None;
     }
     Some(RouteOutcome {
-        status: RouteState {
+        status: std::sync::Arc::new(RouteState {
             generation: r.metadata.generation.unwrap_or_default(),
             parents,
-        },
+        }),
         placements,
-        rules: compiled.rules,
-        clusters: compiled.clusters,
+        counted,
+        compiled,
     })
 }
 
@@ -159,7 +179,7 @@ fn attach(
     p: &HttpRouteParentRefs,
     (kind, route_ns): (&'static str, &str),
     hostnames: &[Hostname],
-    unsupported: Option<&Cond>,
+    (unsupported, counted): (Option<&Cond>, &mut Vec<(usize, usize)>),
 ) -> Result<Vec<Placement>, Cond> {
     let candidates: Vec<usize> = gw
         .listeners
@@ -222,6 +242,7 @@ fn attach(
     for &i in &allowed {
         if placed.iter().any(|(_, li, _)| *li == i) {
             gw.listeners[i].attached += 1;
+            counted.push((gi, i));
         }
     }
     Ok(placed)
@@ -270,11 +291,21 @@ fn namespace_allowed(
     }
 }
 
-struct Compiled {
-    rules: Vec<Ranked>,
+/// A route's rules compiled.
+#[derive(Debug)]
+pub(super) struct Compiled {
+    pub rules: Vec<Ranked>,
     resolved: Cond,
     unsupported: Option<Cond>,
-    clusters: Vec<ClusterSpec>,
+    pub clusters: Vec<std::sync::Arc<ClusterSpec>>,
+    /// The Services (`(namespace, name)`) its backendRefs and mirrors named, found or not:
+    /// what besides the route its rules depend on (with the ReferenceGrants and pool settings).
+    pub deps: Vec<Key>,
+}
+
+/// The Service a backendRef of a route in `ns` names.
+fn dep(r: BackendRef<'_>, ns: &str) -> Key {
+    (r.namespace.unwrap_or(ns).to_string(), r.name.to_string())
 }
 
 fn compile_rules(
@@ -290,6 +321,7 @@ fn compile_rules(
         resolved: Cond::ok("ResolvedRefs"),
         unsupported: None,
         clusters: Vec::new(),
+        deps: Vec::new(),
     };
     for (ri, rule) in rules.iter().enumerate() {
         let filters = match filters(rule.filters.as_deref().unwrap_or_default()) {
@@ -323,10 +355,11 @@ fn compile_rules(
             };
             let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
             let r = backend_ref!(b);
+            out.deps.push(dep(r, ns));
             let target = match resolve_backend(world, (src.kind, ns), r, balance, max) {
                 Ok(spec) => {
                     let key: ClusterKey = spec.key.clone();
-                    out.clusters.push(spec);
+                    out.clusters.push(std::sync::Arc::new(spec));
                     BackendTarget::Cluster(key)
                 }
                 Err(e) => {
@@ -385,7 +418,7 @@ fn compile_rules(
                     );
                     out.rules.push(Ranked {
                         rank,
-                        rule: GatewayRule {
+                        rule: std::sync::Arc::new(GatewayRule {
                             source: src.clone(),
                             rule: ri as u32,
                             path,
@@ -395,7 +428,7 @@ fn compile_rules(
                             filters: filters.clone(),
                             backends: backends.clone(),
                             timeout,
-                        },
+                        }),
                     });
                 }
                 Err(msg) => {
@@ -607,6 +640,7 @@ fn mirrors(
         };
         let b = &m.backend_ref;
         let r = backend_ref!(b);
+        out.deps.push(dep(r, ns));
         match resolve_backend(world, (kind, ns), r, balance, max) {
             Ok(spec) => {
                 let (numerator, denominator) = match (&m.fraction, m.percent) {
@@ -620,7 +654,7 @@ fn mirrors(
                     numerator: u32::try_from(numerator).unwrap_or(0).min(denominator),
                     denominator,
                 });
-                out.clusters.push(spec);
+                out.clusters.push(std::sync::Arc::new(spec));
             }
             Err(e) => {
                 if out.resolved.status {

@@ -122,9 +122,9 @@ pub struct GatewayStatuses {
     /// Gateways of our classes.
     pub gateways: BTreeMap<Key, GatewayState>,
     /// HTTPRoutes with at least one parent of ours.
-    pub routes: BTreeMap<Key, RouteState>,
+    pub routes: BTreeMap<Key, std::sync::Arc<RouteState>>,
     /// GRPCRoutes with at least one parent of ours.
-    pub grpc_routes: BTreeMap<Key, RouteState>,
+    pub grpc_routes: BTreeMap<Key, std::sync::Arc<RouteState>>,
     /// TLSRoutes with at least one parent of ours.
-    pub tls_routes: BTreeMap<Key, RouteState>,
+    pub tls_routes: BTreeMap<Key, std::sync::Arc<RouteState>>,
 }

@@ -49,7 +49,7 @@ pub(super) fn world() -> World {
     w
 }
 
-fn gateway(w: &mut World, ns: &str, name: &str, age: i64, listeners: Value) {
+pub(super) fn gateway(w: &mut World, ns: &str, name: &str, age: i64, listeners: Value) {
     w.gateways.insert(
         (ns.into(), name.into()),
         Arc::new(parse(json!({"metadata": meta(ns, name, age),
@@ -57,7 +57,7 @@ fn gateway(w: &mut World, ns: &str, name: &str, age: i64, listeners: Value) {
     );
 }
 
-fn route(w: &mut World, ns: &str, name: &str, age: i64, spec: Value) {
+pub(super) fn route(w: &mut World, ns: &str, name: &str, age: i64, spec: Value) {
     w.http_routes.insert(
         (ns.into(), name.into()),
         Arc::new(parse(

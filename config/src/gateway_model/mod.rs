@@ -82,7 +82,7 @@ impl GatewayListener {
         req: &RequestFacts<'_>,
     ) -> Option<&'a GatewayRule> {
         let (h, r) = self.find_index(host, req)?;
-        self.hosts.get(h)?.rules.get(r)
+        self.hosts.get(h)?.rules.get(r).map(|r| &**r)
     }
 
     /// [`Self::find`] as indices: `(host bucket, rule)`.
@@ -131,8 +131,9 @@ impl std::fmt::Debug for RequestFacts<'_> {
 pub struct HostRules {
     /// The hostname.
     pub host: Hostname,
-    /// Its rules, highest precedence first.
-    pub rules: Vec<GatewayRule>,
+    /// Its rules, highest precedence first. Shared (`Arc`): the data plane keeps the
+    /// compiled backends of a rule the next snapshot hands it again.
+    pub rules: Vec<std::sync::Arc<GatewayRule>>,
 }
 
 /// How a path is matched.

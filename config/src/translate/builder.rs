@@ -131,11 +131,12 @@ impl<'w> Builder<'w> {
     /// Collects the Gateway API's objects: their pools and certificates join the Ingresses'
     /// (an HTTPRoute's pool for a Service port an Ingress also uses is the same pool); their
     /// rules serve on the Gateways' own sockets.
-    pub(super) fn gateway_api(&mut self) {
-        self.gateway = Some(crate::gateway::translate(
+    pub(super) fn gateway_api(&mut self, memo: Option<&mut crate::gateway::RouteMemo>) {
+        self.gateway = Some(crate::gateway::translate_with(
             self.world,
             &self.opts.gateway,
             &self.settings,
+            memo,
         ));
     }
 
@@ -186,10 +187,21 @@ impl<'w> Builder<'w> {
             certificates.insert(secret.clone(), pem);
         }
         let gw = self.gateway.take().unwrap_or_default();
-        let mut clusters = self.backends.finish();
-        for c in gw.clusters {
-            clusters.entry(c.key.clone()).or_insert(c);
-        }
+        // The Ingresses' pools first, then the Gateway API's (an equal key keeps the first):
+        // sorted once and built in one pass rather than inserted one by one.
+        let mut all: Vec<(
+            crate::model::ClusterKey,
+            std::sync::Arc<crate::model::ClusterSpec>,
+        )> = self
+            .backends
+            .finish()
+            .into_iter()
+            .map(|(k, c)| (k, std::sync::Arc::new(c)))
+            .collect();
+        all.extend(gw.clusters.into_iter().map(|c| (c.key.clone(), c)));
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.dedup_by(|later, first| later.0 == first.0);
+        let clusters: BTreeMap<_, _> = all.into_iter().collect();
         for (k, v) in gw.certificates {
             certificates.entry(k).or_insert(v);
         }

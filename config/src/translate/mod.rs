@@ -216,12 +216,23 @@ pub fn translate(world: &World, opts: &TranslateOptions) -> Snapshot {
 /// world as the snapshot): each source collected into one builder (`translate/builder.rs`),
 /// then one finish.
 pub fn translate_all(world: &World, opts: &TranslateOptions) -> Translation {
+    translate_all_with(world, opts, None)
+}
+
+/// [`translate_all`] for a loop that translates again on every change: `memo` keeps what the
+/// next translation can reuse (the Gateway API routes' compiled rules), and the result is the
+/// same as without it.
+pub fn translate_all_with(
+    world: &World,
+    opts: &TranslateOptions,
+    memo: Option<&mut crate::gateway::RouteMemo>,
+) -> Translation {
     let ours = builder::ours_by_age(world, opts);
     let mut b = builder::Builder::new(world, opts, &ours);
     for ing in &ours {
         b.ingress(ing);
     }
-    b.gateway_api();
+    b.gateway_api(memo);
     b.finish()
 }
 

@@ -66,7 +66,7 @@ pub struct World {
     slices_by_service: BTreeMap<Key, BTreeSet<String>>,
 }
 
-fn service_of(slice: &EndpointSlice) -> Option<Key> {
+pub(crate) fn service_of(slice: &EndpointSlice) -> Option<Key> {
     let svc = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
     Some((
         slice.metadata.namespace.clone().unwrap_or_default(),

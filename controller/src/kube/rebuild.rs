@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::translate::translate_all;
+use sluice_config::translate::translate_all_with;
 use sluice_config::world::{Key, Kind, Object, key_of};
 use sluice_config::{Problem, Snapshot, TranslateOptions, World};
 use sluice_proxy::{ApplyOutcome, DataPlane};
@@ -57,6 +57,8 @@ pub struct Rebuilder {
     referenced_config_maps: HashSet<Key>,
     /// Watches failing now, and why (shown in `/api/v1/status` while they fail).
     failing: std::collections::BTreeMap<KindId, String>,
+    /// The Gateway API routes compiled by earlier rebuilds, reused while unchanged.
+    memo: sluice_config::gateway::RouteMemo,
 }
 
 impl Rebuilder {
@@ -82,6 +84,7 @@ impl Rebuilder {
             ingress_changed,
             referenced_config_maps: HashSet::new(),
             failing: std::collections::BTreeMap::new(),
+            memo: sluice_config::gateway::RouteMemo::new(),
         }
     }
 
@@ -267,7 +270,7 @@ impl Rebuilder {
     /// Translates the whole world and applies it.
     pub fn rebuild(&mut self) -> Arc<Snapshot> {
         let started = std::time::Instant::now();
-        let translation = translate_all(&self.world, &self.opts);
+        let translation = translate_all_with(&self.world, &self.opts, Some(&mut self.memo));
         // Each Gateway keeps its address in the next translation, whatever its status shows yet.
         self.opts.gateway.sticky = translation
             .gateway

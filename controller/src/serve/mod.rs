@@ -1,6 +1,7 @@
 //! `sluice serve`: the standalone provider. Objects come from manifest files, which are watched
 //! (inotify via notify) and re-applied on every change without a restart.
 
+mod kept;
 pub mod yaml;
 
 use std::collections::BTreeSet;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use notify::{RecursiveMode, Watcher};
-use sluice_config::{Problem, TranslateOptions, translate};
+use sluice_config::{Problem, TranslateOptions};
 use sluice_proxy::{ApplyOutcome, DataPlane};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -40,6 +41,8 @@ pub struct FileProvider {
     reported: BTreeSet<Problem>,
     /// The pools of the snapshot last applied, for the endpoints fast path.
     pools: crate::endpoints::Pools,
+    /// The Gateway API routes compiled by earlier reloads, reused while unchanged.
+    memo: sluice_config::gateway::RouteMemo,
 }
 
 impl FileProvider {
@@ -52,6 +55,7 @@ impl FileProvider {
             dp,
             reported: BTreeSet::new(),
             pools: crate::endpoints::Pools::default(),
+            memo: sluice_config::gateway::RouteMemo::new(),
         }
     }
 
@@ -92,17 +96,24 @@ impl FileProvider {
         }
         let read = seen.elapsed();
         let world = self.set.world();
-        let snapshot = translate(&world, &self.opts);
+        let translation =
+            sluice_config::translate::translate_all_with(world, &self.opts, Some(&mut self.memo));
+        // The rest of the translation (the Gateway API status) is dropped after the swap.
+        let snapshot = translation.snapshot;
         let translated = seen.elapsed();
         let now: BTreeSet<Problem> = snapshot.problems().iter().cloned().collect();
         for p in now.difference(&self.reported) {
             tracing::warn!(object = %p.object, field = %p.field, reason = p.reason, "{}", p.message);
         }
         self.reported = now;
-        self.pools = crate::endpoints::Pools::of(&snapshot);
+        let before = self.dp.current();
         let outcome = self.dp.apply(snapshot);
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let (applied, total) = (seen.elapsed() - translated, seen.elapsed());
+        // After the swap: traffic does not wait for the fast path's index.
+        if let Some(current) = self.dp.current() {
+            self.pools.update(before.as_deref(), &current);
+        }
         if let ApplyOutcome::Applied {
             generation,
             clusters_created,
@@ -208,7 +219,23 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Serving> {
                     _ => break,
                 }
             }
-            match provider.reload() {
+            // On a blocking thread: a reload at 10,000 objects takes milliseconds of CPU, and
+            // the worker this task runs on keeps serving its connections meanwhile (with one
+            // worker, traffic would otherwise wait for the whole reload, not just the swap).
+            let (back, outcome) = match tokio::task::spawn_blocking(move || {
+                let outcome = provider.reload();
+                (provider, outcome)
+            })
+            .await
+            {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::error!(error = %e, "the reload task failed; files are no longer watched");
+                    return;
+                }
+            };
+            provider = back;
+            match outcome {
                 Ok(ApplyOutcome::Applied { .. }) => provider.dp.record_propagation(seen),
                 Ok(ApplyOutcome::Unchanged) => {}
                 Err(e) => {

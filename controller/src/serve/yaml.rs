@@ -336,6 +336,8 @@ impl Reload {
 #[derive(Debug, Default)]
 pub struct YamlSet {
     files: BTreeMap<PathBuf, FileState>,
+    /// The world of the files' objects, kept up to date as files change.
+    kept: super::kept::KeptWorld,
 }
 
 /// The stamp to skip a file by next time, or `None` to read it again: an unreadable file
@@ -419,6 +421,7 @@ impl YamlSet {
                     r.warnings.extend(parsed.warnings.iter().cloned());
                     r.touch(&state.objects);
                     r.touch(&parsed.objects);
+                    self.kept.replace(&state.objects, &parsed.objects);
                     state.objects = parsed.objects;
                     state.warnings = parsed.warnings;
                     state.error = None;
@@ -432,6 +435,7 @@ impl YamlSet {
         let before = self.files.len();
         for (_, gone) in self.files.iter().filter(|(p, _)| !seen.contains_key(*p)) {
             r.touch(&gone.objects);
+            self.kept.replace(&gone.objects, &[]);
         }
         self.files.retain(|p, _| seen.contains_key(p));
         r.removed = before - self.files.len();
@@ -481,15 +485,11 @@ impl YamlSet {
         w
     }
 
-    /// Builds the world from every file's objects (a later file wins a duplicate name).
-    pub fn world(&self) -> World {
-        let mut w = World::new();
-        for state in self.files.values() {
-            for o in &state.objects {
-                w.put(o.clone());
-            }
-        }
-        w
+    /// The world of every file's objects (a later file wins a duplicate name): kept between
+    /// reloads and changed by the files that changed.
+    pub fn world(&mut self) -> &World {
+        let all = self.files.values().flat_map(|s| &s.objects);
+        self.kept.world(all)
     }
 }
 

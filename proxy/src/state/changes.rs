@@ -100,21 +100,73 @@ fn set_diff<'a>(
     (!parts.is_empty()).then(|| format!("{what} {}", parts.join(" ")))
 }
 
+/// What `after` adds to `before` and takes from it, formatted (`display`): both sides are
+/// put in order (a snapshot keeps its hosts and pools in order already) and walked once, so
+/// only what differs is formatted (formatting every pool of both snapshots cost milliseconds
+/// per change at 10,000 routes).
+fn changed<T: Ord>(
+    mut before: Vec<&T>,
+    mut after: Vec<&T>,
+    display: impl Fn(&T) -> String,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    before.sort_unstable();
+    after.sort_unstable();
+    let (mut added, mut removed) = (BTreeSet::new(), BTreeSet::new());
+    let (mut i, mut j) = (0, 0);
+    while i < before.len() || j < after.len() {
+        match (before.get(i), after.get(j)) {
+            (Some(b), Some(a)) if b == a => {
+                i += 1;
+                j += 1;
+            }
+            (Some(b), Some(a)) if b < a => {
+                removed.insert(display(b));
+                i += 1;
+            }
+            (Some(b), None) => {
+                removed.insert(display(b));
+                i += 1;
+            }
+            (_, Some(a)) => {
+                added.insert(display(a));
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (added, removed)
+}
+
+fn diff_words(
+    what: &str,
+    (added, removed): (BTreeSet<String>, BTreeSet<String>),
+) -> Option<String> {
+    let parts: Vec<String> = listed("+", added.iter().map(String::as_str))
+        .into_iter()
+        .chain(listed("−", removed.iter().map(String::as_str)))
+        .collect();
+    (!parts.is_empty()).then(|| format!("{what} {}", parts.join(" ")))
+}
+
 /// What differs between two snapshots, in words: hosts, routes, pools, endpoint sets,
 /// certificates, Gateway listeners and problems.
 pub fn describe(before: Option<&Snapshot>, after: &Snapshot, endpoint_swaps: usize) -> String {
     let empty = Snapshot::default();
     let before = before.unwrap_or(&empty);
-    let hosts = |s: &Snapshot| -> BTreeSet<String> {
-        s.virtual_hosts()
-            .iter()
-            .map(|v| v.host.to_string())
-            .chain(
-                s.passthrough()
-                    .iter()
-                    .map(|p| format!("{} (passthrough)", p.host)),
-            )
-            .collect()
+    let hosts = {
+        fn vhosts(s: &Snapshot) -> Vec<&sluice_config::HostMatch> {
+            s.virtual_hosts().iter().map(|v| &v.host).collect()
+        }
+        fn through(s: &Snapshot) -> Vec<&String> {
+            s.passthrough().iter().map(|p| &p.host).collect()
+        }
+        let (mut added, mut removed) = changed(vhosts(before), vhosts(after), ToString::to_string);
+        let (a, r) = changed(through(before), through(after), |h| {
+            format!("{h} (passthrough)")
+        });
+        added.extend(a);
+        removed.extend(r);
+        (added, removed)
     };
     let routes = |s: &Snapshot| -> usize {
         s.virtual_hosts()
@@ -128,8 +180,9 @@ pub fn describe(before: Option<&Snapshot>, after: &Snapshot, endpoint_swaps: usi
                 .map(|h| h.rules.len())
                 .sum::<usize>()
     };
-    let pools =
-        |s: &Snapshot| -> BTreeSet<String> { s.clusters().keys().map(|k| k.to_string()).collect() };
+    fn pools(s: &Snapshot) -> Vec<&sluice_config::ClusterKey> {
+        s.clusters().keys().collect()
+    }
     let certs = |s: &Snapshot| -> BTreeMap<String, ObjectRef> {
         s.tls()
             .iter()
@@ -147,12 +200,15 @@ pub fn describe(before: Option<&Snapshot>, after: &Snapshot, endpoint_swaps: usi
             .collect()
     };
     let mut parts: Vec<String> = Vec::new();
-    parts.extend(set_diff("hosts", &hosts(before), &hosts(after)));
+    parts.extend(diff_words("hosts", hosts));
     let (r0, r1) = (routes(before), routes(after));
     if r0 != r1 {
         parts.push(format!("routes {r0} → {r1}"));
     }
-    parts.extend(set_diff("pools", &pools(before), &pools(after)));
+    parts.extend(diff_words(
+        "pools",
+        changed(pools(before), pools(after), ToString::to_string),
+    ));
     if endpoint_swaps > 0 {
         parts.push(format!("{endpoint_swaps} endpoint set(s) swapped"));
     }

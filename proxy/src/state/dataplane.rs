@@ -12,6 +12,7 @@ use sluice_config::{ClusterKey, EndpointSpec, Snapshot};
 
 use crate::state::certs::{CertError, CertStore, LoadedCert, TlsProblem, TlsState};
 use crate::state::changes::{self, Change};
+use crate::state::pools::{self, PoolChanges};
 use crate::state::routes::RouteTable;
 use crate::state::settings::ProxySettings;
 use crate::telemetry::access_log::AccessLog;
@@ -195,32 +196,19 @@ impl DataPlane {
             .settings()
             .idle_timeout_override
             .store(keepalive, std::sync::atomic::Ordering::Relaxed);
-        let (mut created, mut swaps) = (0, 0);
-        let mut next: HashMap<ClusterKey, Arc<Cluster>> =
-            HashMap::with_capacity(snapshot.clusters().len());
-        for (key, spec) in snapshot.clusters() {
-            match control.clusters.get(key) {
-                Some(c) if c.compatible(spec) => {
-                    if c.set_endpoints(&spec.endpoints, &self.pools) {
-                        swaps += 1;
-                    }
-                    c.set_max_in_flight(spec.max_in_flight);
-                    next.insert(key.clone(), Arc::clone(c));
-                }
-                _ => {
-                    created += 1;
-                    next.insert(
-                        key.clone(),
-                        Arc::new(Cluster::new(spec, &self.pools, &self.metrics)),
-                    );
-                }
-            }
-        }
-        let removed = control
-            .clusters
-            .keys()
-            .filter(|k| !next.contains_key(*k))
-            .count();
+        let mut next = std::mem::take(&mut control.clusters);
+        let trusted = control.current.clone().filter(|_| !control.diverged);
+        let PoolChanges {
+            created,
+            removed,
+            swaps,
+            replaced,
+        } = pools::reconcile(
+            &mut next,
+            trusted.as_deref(),
+            &snapshot,
+            (&self.pools, &self.metrics),
+        );
         let (store, tls_problems) = control
             .tls
             .build(&snapshot, self.settings.default_certificate.as_ref());
@@ -233,7 +221,7 @@ impl DataPlane {
         let previous = self.routes.load_full();
         let table = RouteTable::compile(
             Arc::clone(&snapshot),
-            &next,
+            (&next, &replaced),
             &self.metrics,
             generation,
             &previous,

@@ -6,8 +6,11 @@
 pub mod certs;
 pub mod changes;
 pub mod dataplane;
+mod pools;
 pub mod routes;
 pub mod settings;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gateway;

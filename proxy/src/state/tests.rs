@@ -77,7 +77,7 @@ fn snapshot(clusters: &[ClusterSpec]) -> Snapshot {
         }],
         clusters: clusters
             .iter()
-            .map(|c| (c.key.clone(), c.clone()))
+            .map(|c| (c.key.clone(), Arc::new(c.clone())))
             .collect(),
         ..SnapshotParts::default()
     })

@@ -186,3 +186,61 @@ fn unchanged_files_are_not_read_but_recent_writes_always_are() {
     std::fs::write(&f, svc(83)).unwrap();
     assert_eq!(set.reload(&roots).unwrap().parsed, 1);
 }
+
+/// The world a set keeps across reloads is the world built from scratch from the same files,
+/// whatever moved: objects moving between files in either order, a name two files hold (the
+/// later file wins, and the earlier one's shows again when the later lets go), a file gone,
+/// a file that stops parsing (its last good objects stay).
+#[test]
+fn the_kept_world_is_the_world_built_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = vec![dir.path().to_path_buf()];
+    let svc = |name: &str, port: u16| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec: {{ports: [{{port: {port}}}]}}\n"
+        )
+    };
+    let write = |file: &str, text: String| std::fs::write(dir.path().join(file), text).unwrap();
+    let mut kept = YamlSet::new();
+    let check = |kept: &mut YamlSet, step: &str| {
+        kept.reload(&paths).unwrap();
+        let mut fresh = YamlSet::new();
+        fresh.reload(&paths).unwrap();
+        // A fresh set never saw an unreadable file's last good version.
+        if !step.contains("unreadable") {
+            let (k, f) = (
+                format!("{:?}", kept.world()),
+                format!("{:?}", fresh.world()),
+            );
+            assert_eq!(k, f, "{step}");
+        }
+        kept.world()
+            .services
+            .iter()
+            .map(|((_, n), s)| {
+                let port = s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port;
+                format!("{n}:{port}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    write("a.yaml", svc("x", 1) + &svc("y", 1));
+    write("b.yaml", svc("z", 1));
+    assert_eq!(check(&mut kept, "start"), "x:1 y:1 z:1");
+    write("a.yaml", svc("x", 1));
+    write("b.yaml", svc("z", 1) + &svc("y", 2));
+    assert_eq!(check(&mut kept, "y moves to the later file"), "x:1 y:2 z:1");
+    write("a.yaml", svc("x", 1) + &svc("y", 3));
+    write("b.yaml", svc("z", 1));
+    assert_eq!(check(&mut kept, "y moves back"), "x:1 y:3 z:1");
+    write("b.yaml", svc("z", 1) + &svc("x", 9));
+    assert_eq!(check(&mut kept, "b also holds x"), "x:9 y:3 z:1");
+    write("b.yaml", svc("z", 2));
+    assert_eq!(check(&mut kept, "b lets x go"), "x:1 y:3 z:2");
+    write("b.yaml", "kind: [unclosed".into());
+    assert_eq!(check(&mut kept, "b unreadable"), "x:1 y:3 z:2");
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    assert_eq!(check(&mut kept, "b gone"), "x:1 y:3");
+    write("a.yaml", svc("x", 4) + &svc("x", 5));
+    assert_eq!(check(&mut kept, "a names x twice"), "x:5");
+}

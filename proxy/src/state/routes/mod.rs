@@ -343,7 +343,10 @@ impl RouteTable {
     /// limiters where their Ingress and settings stay.
     pub fn compile(
         snapshot: Arc<Snapshot>,
-        clusters: &HashMap<ClusterKey, Arc<Cluster>>,
+        (clusters, replaced): (
+            &HashMap<ClusterKey, Arc<Cluster>>,
+            &std::collections::HashSet<ClusterKey>,
+        ),
         metrics: &Metrics,
         generation: u64,
         previous: &RouteTable,
@@ -398,7 +401,12 @@ impl RouteTable {
             }
         }
         let blocked = snapshot.settings().block_cidrs.clone();
-        let gateway = gateway::GatewayTable::compile(&snapshot, &mut cx);
+        let gateway = gateway::GatewayTable::compile(
+            &snapshot,
+            &mut cx,
+            (&previous.snapshot, &previous.gateway),
+            replaced,
+        );
         Self {
             snapshot,
             actions,
