@@ -5,25 +5,27 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::RouteMemo;
-use super::tests::{gateway, parse, route, world};
-use crate::model::BalancePolicy;
-use crate::translate::{TranslateOptions, Translation, translate_all, translate_all_with};
+use super::tests::{gateway, opts as gateway_opts, parse, route, world};
+use super::{GatewayOptions, GatewayOutput, RouteMemo, translate, translate_with};
+use crate::model::{BalancePolicy, Settings};
 use crate::world::World;
 
-fn opts() -> TranslateOptions {
-    TranslateOptions {
-        gateway: super::tests::opts(),
-        ..TranslateOptions::default()
-    }
+/// The options and settings of a translation.
+type Opts = (GatewayOptions, Settings);
+
+fn opts() -> Opts {
+    (gateway_opts(), Settings::default())
 }
 
 /// Translates with the memo and without, asserts both agree, and returns the memo's result.
-fn both(w: &World, o: &TranslateOptions, memo: &mut RouteMemo) -> Translation {
-    let with = translate_all_with(w, o, Some(memo));
-    let without = translate_all(w, o);
-    assert!(with.snapshot == without.snapshot, "snapshots differ");
-    assert_eq!(with.gateway, without.gateway);
+fn both(w: &World, (o, s): &Opts, memo: &mut RouteMemo) -> GatewayOutput {
+    let with = translate_with(w, o, s, Some(memo));
+    let without = translate(w, o, s);
+    assert_eq!(with.sockets, without.sockets, "sockets differ");
+    assert_eq!(with.clusters, without.clusters, "pools differ");
+    assert_eq!(with.certificates, without.certificates);
+    assert_eq!(with.status, without.status);
+    assert_eq!(with.unreadable_routes, without.unreadable_routes);
     with
 }
 
@@ -35,9 +37,8 @@ fn step(memo: &RouteMemo, before: &mut (u64, u64)) -> (u64, u64) {
     d
 }
 
-fn rules_of(t: &Translation) -> Vec<Arc<crate::gateway_model::GatewayRule>> {
-    t.snapshot
-        .gateway_sockets()
+fn rules_of(t: &GatewayOutput) -> Vec<Arc<crate::gateway_model::GatewayRule>> {
+    t.sockets
         .iter()
         .flat_map(|s| &s.listeners)
         .flat_map(|l| &l.hosts)
@@ -185,7 +186,7 @@ fn the_memo_reuses_untouched_routes_and_never_changes_the_result() {
         "spec": {"ports": [{"port": 8080}]}})));
     let t = both(&w, &o, &mut memo);
     assert_eq!(step(&memo, &mut seen), (1, 3));
-    let r4 = &t.gateway.routes[&("infra".to_string(), "r4".to_string())];
+    let r4 = &t.status.routes[&("infra".to_string(), "r4".to_string())];
     assert!(r4.parents[0].conditions.iter().all(|c| c.status));
 
     // A ReferenceGrant: every route compiled again (the cross-namespace one now resolves).
@@ -198,18 +199,17 @@ fn the_memo_reuses_untouched_routes_and_never_changes_the_result() {
     );
     let t = both(&w, &o, &mut memo);
     assert_eq!(step(&memo, &mut seen), (4, 0));
-    let r3 = &t.gateway.routes[&("web".to_string(), "r3".to_string())];
+    let r3 = &t.status.routes[&("web".to_string(), "r3".to_string())];
     assert!(r3.parents[0].conditions.iter().all(|c| c.status));
 
     // The pool settings (every pool carries them): every route compiled again.
     let mut o2 = o.clone();
-    o2.settings.balance = BalancePolicy::RoundRobin;
-    let t = translate_all_with(&w, &o2, Some(&mut memo));
+    o2.1.balance = BalancePolicy::RoundRobin;
+    let t = both(&w, &o2, &mut memo);
     assert_eq!(step(&memo, &mut seen), (4, 0));
     assert!(
-        t.snapshot
-            .clusters()
-            .values()
+        t.clusters
+            .iter()
             .all(|c| c.balance == BalancePolicy::RoundRobin)
     );
     both(&w, &o, &mut memo);

@@ -72,7 +72,7 @@ pub struct CompiledListener {
     pub frontend: Option<Frontend>,
     /// `rules[host][rule]`, parallel to the snapshot listener's `hosts[host].rules[rule]`.
     /// Shared: the next table keeps a rule's compiled backends when its snapshot hands it the
-    /// same rule over the same pools (see [`Reuse`]).
+    /// same rule over the same pools (see `Reuse`).
     pub rules: Vec<Vec<Arc<CompiledRule>>>,
 }
 
