@@ -19,6 +19,7 @@ pub mod gateway_model;
 pub mod host;
 pub mod htpasswd;
 pub mod matcher;
+pub mod merge;
 pub mod model;
 pub mod path;
 pub mod pem;

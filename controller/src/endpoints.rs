@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use sluice_config::merge::{Merged, merge};
 use sluice_config::translate::cluster_endpoints;
 use sluice_config::world::Key;
 use sluice_config::{ClusterKey, Snapshot, World};
@@ -47,30 +48,17 @@ impl Pools {
             return;
         }
         let indexed = |c: &&std::sync::Arc<sluice_config::ClusterSpec>| !c.service_upstream;
-        let mut was = before.clusters().values().filter(indexed).peekable();
-        let mut now = after.clusters().values().filter(indexed).peekable();
-        loop {
-            match (was.peek(), now.peek()) {
-                (Some(a), Some(b)) if a.key == b.key => {
-                    was.next();
-                    now.next();
-                }
-                (Some(a), Some(b)) if a.key < b.key => {
-                    self.remove(&a.key);
-                    was.next();
-                }
-                (Some(a), None) => {
-                    self.remove(&a.key);
-                    was.next();
-                }
-                (_, Some(b)) => {
-                    self.by_service
-                        .entry((b.key.namespace.clone(), b.key.service.clone()))
-                        .or_default()
-                        .push(b.key.clone());
-                    now.next();
-                }
-                (None, None) => break,
+        let was = before.clusters().values().filter(indexed);
+        let now = after.clusters().values().filter(indexed);
+        for step in merge(was, now, |a, b| a.key.cmp(&b.key)) {
+            match step {
+                Merged::Both(..) => {}
+                Merged::Left(a) => self.remove(&a.key),
+                Merged::Right(b) => self
+                    .by_service
+                    .entry((b.key.namespace.clone(), b.key.service.clone()))
+                    .or_default()
+                    .push(b.key.clone()),
             }
         }
     }

@@ -56,6 +56,7 @@ const CONFIG: &[&str] = &[
     "htpasswd",
     "refs",
     "cidr",
+    "merge",
 ];
 
 /// The config crate's modules the proxy may not read: everything above the snapshot, and the

@@ -24,6 +24,7 @@ use super::listeners::GatewayPlan;
 use super::routes::{Compiled, RouteOutcome};
 use crate::gateway_api::gateways::GatewayListeners;
 use crate::gateway_api::{GRPCRoute, HTTPRoute, ReferenceGrant, TLSRoute};
+use crate::merge::Merged;
 use crate::model::BalancePolicy;
 use crate::world::{Key, World, key_of};
 use k8s_openapi::api::core::v1::Namespace;
@@ -251,37 +252,29 @@ impl RouteMemo {
 }
 
 /// Calls `changed` with every object that is in one list and not the other, or replaced:
-/// both lists are in key order, so a walk that compares keys only where the objects differ
-/// finds them in one pass.
+/// both lists are in key order, so one walk that compares keys only where the objects differ
+/// finds them.
 fn diff<T>(was: &[Arc<T>], now: &[Arc<T>], mut changed: impl FnMut(&T))
 where
     T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
 {
-    let (mut i, mut j) = (0, 0);
-    while i < was.len() && j < now.len() {
-        if Arc::ptr_eq(&was[i], &now[j]) {
-            i += 1;
-            j += 1;
-            continue;
+    let order = |a: &&Arc<T>, b: &&Arc<T>| {
+        if Arc::ptr_eq(a, b) {
+            std::cmp::Ordering::Equal
+        } else {
+            key_of(a.metadata()).cmp(&key_of(b.metadata()))
         }
-        match key_of(was[i].metadata()).cmp(&key_of(now[j].metadata())) {
-            std::cmp::Ordering::Less => {
-                changed(&was[i]);
-                i += 1;
+    };
+    for step in crate::merge::merge(was, now, order) {
+        match step {
+            Merged::Both(a, b) if Arc::ptr_eq(a, b) => {}
+            Merged::Both(a, b) => {
+                changed(a);
+                changed(b);
             }
-            std::cmp::Ordering::Greater => {
-                changed(&now[j]);
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                changed(&was[i]);
-                changed(&now[j]);
-                i += 1;
-                j += 1;
-            }
+            Merged::Left(o) | Merged::Right(o) => changed(o),
         }
     }
-    was[i..].iter().chain(&now[j..]).for_each(|o| changed(o));
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use serde::Serialize;
+use sluice_config::merge::{Merged, merge};
 use sluice_config::{EndpointSpec, EndpointState, ObjectRef, Snapshot};
 
 /// Changes kept (the oldest go first).
@@ -112,26 +113,15 @@ fn changed<T: Ord>(
     before.sort_unstable();
     after.sort_unstable();
     let (mut added, mut removed) = (BTreeSet::new(), BTreeSet::new());
-    let (mut i, mut j) = (0, 0);
-    while i < before.len() || j < after.len() {
-        match (before.get(i), after.get(j)) {
-            (Some(b), Some(a)) if b == a => {
-                i += 1;
-                j += 1;
-            }
-            (Some(b), Some(a)) if b < a => {
+    for step in merge(before, after, |a, b| a.cmp(b)) {
+        match step {
+            Merged::Both(..) => {}
+            Merged::Left(b) => {
                 removed.insert(display(b));
-                i += 1;
             }
-            (Some(b), None) => {
-                removed.insert(display(b));
-                i += 1;
-            }
-            (_, Some(a)) => {
+            Merged::Right(a) => {
                 added.insert(display(a));
-                j += 1;
             }
-            (None, None) => break,
         }
     }
     (added, removed)

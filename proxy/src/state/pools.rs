@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use sluice_config::merge::{Merged, merge};
 use sluice_config::{ClusterKey, ClusterSpec, Snapshot};
 
 use crate::telemetry::metrics::Metrics;
@@ -75,31 +76,13 @@ pub(super) fn reconcile(
         }
         return out;
     };
-    let mut was = before.clusters().iter().peekable();
-    let mut now = after.clusters().iter().peekable();
     let mut gone = Vec::new();
-    loop {
-        match (was.peek(), now.peek()) {
-            (Some((a, sa)), Some((b, sb))) if a == b => {
-                if sa != sb {
-                    take(clusters, sb);
-                }
-                was.next();
-                now.next();
-            }
-            (Some((a, _)), Some((b, _))) if a < b => {
-                gone.push(*a);
-                was.next();
-            }
-            (Some((a, _)), None) => {
-                gone.push(*a);
-                was.next();
-            }
-            (_, Some((_, sb))) => {
-                take(clusters, sb);
-                now.next();
-            }
-            (None, None) => break,
+    let walk = merge(before.clusters(), after.clusters(), |a, b| a.0.cmp(b.0));
+    for step in walk {
+        match step {
+            Merged::Both((_, was), (_, now)) if was == now => {}
+            Merged::Both(_, (_, now)) | Merged::Right((_, now)) => take(clusters, now),
+            Merged::Left((key, _)) => gone.push(key),
         }
     }
     for k in gone {
